@@ -1,0 +1,253 @@
+"""The engine: parse once, build the semantic model once, run the rules, apply fixes in rounds.
+
+LibCST is imported here, so the CLI imports this module only when a file needs parsing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from dplint.registry import all_rules
+from dplint.rule import (
+    Applicability,
+    Edit,
+    EditKind,
+    Finding,
+    Position,
+    Rule,
+    TextEdit,
+    Violation,
+)
+from dplint.semantic import SemanticModel
+from dplint.source import LINE_BREAK, line_starts
+from dplint.suppressions import apply_suppressions
+
+MAX_FIX_ROUNDS = 10
+PARSE_ERROR_CODE = "DPL000"
+PARSE_ERROR_NAME = "parse-error"
+
+
+class InternalError(Exception):
+    """dplint itself failed on a file (a rule crashed, a fix produced invalid code)."""
+
+
+@dataclass
+class LintResult:
+    findings: list[Finding] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)  # rule code -> JSON-able facts for project checks
+    errors: list[str] = field(default_factory=list)  # internal errors, one line each
+
+
+def rules_for(codes: Iterable[str]) -> list[Rule]:
+    wanted = set(codes)
+    return [rule() for rule in all_rules() if rule.code in wanted]
+
+
+def could_match(text: str, rule: Rule) -> bool:
+    """The pre-filter: can this rule possibly fire on this text? (Never parses.)"""
+    return not rule.tokens or any(token in text for token in rule.tokens)
+
+
+def parse_error_finding(path: str, message: str, row: int = 1, column: int = 1) -> Finding:
+    from dplint.rule import Severity
+
+    location = Position(row, column)
+    return Finding(PARSE_ERROR_CODE, PARSE_ERROR_NAME, message, Severity.ERROR, path, location, location)
+
+
+def lint_source(text: str, path: str, rules: Sequence[Rule]) -> LintResult:
+    """Lint one file's text. Never raises for bad input: a syntax error becomes DPL000."""
+    active = [rule for rule in rules if could_match(text, rule)]
+    if not active:
+        return LintResult()
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as error:
+        message = "cannot parse: " + " ".join(error.message.split())
+        return LintResult([parse_error_finding(path, message, error.raw_line, error.raw_column + 1)])
+    except (RecursionError, MemoryError) as error:
+        return LintResult([parse_error_finding(path, f"cannot parse: {type(error).__name__}")])
+    model = SemanticModel(module, path)
+    result = LintResult()
+    reported: list[tuple[Rule, Violation]] = []
+    for rule in active:
+        try:
+            reported.extend((rule, violation) for violation in rule.check(model))
+            facts = rule.project_facts(model)
+            if facts:
+                result.facts[rule.code] = facts
+        except Exception as error:  # a rule bug must not take the other rules or files down
+            result.errors.append(f"{path}: internal error in {rule.code} ({rule.name}): {type(error).__name__}: {error}")
+    if reported:
+        resolver = _EditResolver(text, model)
+        for rule, violation in reported:
+            result.findings.append(resolver.finding(rule, violation))
+    result.findings.sort(key=lambda finding: finding.sort_key)
+    result.findings = apply_suppressions(text, path, result.findings, frozenset(rule.code for rule in rules))
+    return result
+
+
+class _EditResolver:
+    """Turns node-anchored violations and edits into positions and text offsets."""
+
+    def __init__(self, text: str, model: SemanticModel) -> None:
+        self.text = text
+        self.model = model
+        self.starts = line_starts(text)
+
+    def finding(self, rule: Rule, violation: Violation) -> Finding:
+        start, end = self.model.position(violation.node)
+        finding = Finding(
+            code=rule.code,
+            name=rule.name,
+            message=violation.message,
+            severity=violation.severity or rule.severity,
+            filename=self.model.path,
+            location=Position(start.line, start.column + 1),
+            end_location=Position(end.line, end.column + 1),
+        )
+        fix = violation.fix
+        if fix is not None:
+            edits = [self.resolve(edit) for edit in fix.edits]
+            if fix.applicability is Applicability.DISPLAY or all(edit is not None for edit in edits):
+                finding.fix_applicability = fix.applicability
+                finding.fix_message = fix.message
+                finding.edits = [edit for edit in edits if edit is not None]
+        return finding
+
+    def offset(self, line: int, column: int) -> int:
+        return self.starts[line - 1] + column
+
+    def _text_edit(self, start: int, end: int, content: str) -> TextEdit:
+        def position(offset: int) -> Position:
+            line = _bisect_right(self.starts, offset)
+            return Position(line, offset - self.starts[line - 1] + 1)
+
+        return TextEdit(start, end, content, position(start), position(end))
+
+    def _line_break_after(self, line: int) -> str:
+        match = LINE_BREAK.search(self.text, self.starts[line - 1])
+        return match.group(0) if match else "\n"
+
+    def resolve(self, edit: Edit) -> Optional[TextEdit]:
+        """The edit as a text change, or None when it cannot be applied cleanly here."""
+        content = edit.content if isinstance(edit.content, str) else self.model.code(edit.content, edit.node)
+        start, end = self.model.position(edit.node)
+        start_offset = self.offset(start.line, start.column)
+        end_offset = self.offset(end.line, end.column)
+        if edit.kind is EditKind.REPLACE:
+            return self._text_edit(start_offset, end_offset, content)
+        # Statement edits need the statement to own its lines: nothing but indentation before
+        # it, nothing but a comment after it.
+        line_start = self.starts[start.line - 1]
+        indent = self.text[line_start:start_offset]
+        if indent.strip():
+            return None
+        next_line = end.line + 1
+        rest = self.text[end_offset : self.starts[next_line - 1] if next_line <= len(self.starts) else len(self.text)]
+        if rest.strip() and not rest.strip().startswith("#"):
+            return None
+        newline = self._line_break_after(start.line)
+        if edit.kind is EditKind.INSERT_BEFORE_STATEMENT:
+            lines = "".join(indent + line + newline for line in content.splitlines())
+            return self._text_edit(line_start, line_start, lines)
+        if edit.kind is EditKind.INSERT_AFTER_STATEMENT:
+            lines = "".join(indent + line + newline for line in content.splitlines())
+            if next_line <= len(self.starts):
+                at = self.starts[next_line - 1]
+                return self._text_edit(at, at, lines)
+            return self._text_edit(len(self.text), len(self.text), newline + lines.rstrip("\r\n"))
+        if edit.kind is EditKind.DELETE_STATEMENT:
+            stop = self.starts[next_line - 1] if next_line <= len(self.starts) else len(self.text)
+            return self._text_edit(line_start, stop, "")
+        raise ValueError(edit.kind)
+
+
+def _bisect_right(starts: list[int], offset: int) -> int:
+    low, high = 0, len(starts)
+    while low < high:
+        middle = (low + high) // 2
+        if starts[middle] <= offset:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+# ---------------------------------------------------------------------------- fixing
+def fix_is_wanted(finding: Finding, unsafe: bool, only_codes: Optional[frozenset[str]] = None) -> bool:
+    if not finding.edits or finding.fix_applicability in (None, Applicability.DISPLAY):
+        return False
+    if finding.fix_applicability is Applicability.UNSAFE and not unsafe:
+        return False
+    return only_codes is None or finding.code in only_codes
+
+
+def apply_edits(text: str, findings: Sequence[Finding]) -> tuple[str, list[Finding]]:
+    """Apply the fixes whose edits do not overlap an earlier fix's; returns (text, applied)."""
+    accepted: list[TextEdit] = []
+    applied: list[Finding] = []
+    for finding in sorted(findings, key=lambda f: min(edit.start for edit in f.edits)):
+        new = [edit for edit in finding.edits if edit not in accepted]
+        if any(_overlaps(edit, other) for edit in new for other in accepted):
+            continue  # the next round re-lints and tries again
+        accepted.extend(new)
+        applied.append(finding)
+    for edit in sorted(accepted, key=lambda e: (e.start, e.end), reverse=True):
+        text = text[: edit.start] + edit.content + text[edit.end :]
+    return text, applied
+
+
+def _overlaps(a: TextEdit, b: TextEdit) -> bool:
+    if a.start == a.end == b.start == b.end:
+        return True  # two insertions at one point: their order would be arbitrary
+    return a.start < b.end and b.start < a.end
+
+
+@dataclass
+class FixResult:
+    text: str
+    applied: list[Finding]
+    remaining: LintResult
+    errors: list[str] = field(default_factory=list)
+
+
+def fix_source(
+    text: str,
+    path: str,
+    rules: Sequence[Rule],
+    unsafe: bool = False,
+    only_codes: Optional[frozenset[str]] = None,
+) -> FixResult:
+    """Fix in rounds: apply non-overlapping fixes, re-parse, re-lint, until nothing changes."""
+    applied: list[Finding] = []
+    errors: list[str] = []
+    current = text
+    result = lint_source(current, path, rules)
+    for _ in range(MAX_FIX_ROUNDS):
+        wanted = [finding for finding in result.findings if fix_is_wanted(finding, unsafe, only_codes)]
+        if not wanted:
+            break
+        candidate, round_applied = apply_edits(current, wanted)
+        if candidate == current:
+            break
+        try:
+            cst.parse_module(candidate)
+        except Exception as error:
+            errors.append(
+                f"{path}: internal error: fixing {', '.join(sorted({f.code for f in round_applied}))} "
+                f"produced code that does not parse ({type(error).__name__}); this round was reverted"
+            )
+            break
+        current = candidate
+        applied.extend(round_applied)
+        result = lint_source(current, path, rules)
+    else:
+        if any(fix_is_wanted(finding, unsafe, only_codes) for finding in result.findings):
+            errors.append(f"{path}: fixes did not converge after {MAX_FIX_ROUNDS} rounds; kept the last valid result")
+    result.errors[:0] = errors
+    return FixResult(current, applied, result, errors)

@@ -1,0 +1,74 @@
+"""Finds the rules: every `Rule` subclass defined in a module of the `dplint.rules` package.
+
+Adding a rule means adding a module to `rules/`; nothing here lists them by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from typing import Iterable
+
+from dplint.rule import Rule
+
+
+class UnknownRuleError(ValueError):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def all_rules() -> tuple[type[Rule], ...]:
+    import dplint.rules as package
+
+    found: list[type[Rule]] = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Rule) and value.__module__ == module.__name__:
+                found.append(value)
+    codes = [rule.code for rule in found]
+    duplicates = {code for code in codes if codes.count(code) > 1}
+    if duplicates:
+        raise RuntimeError(f"rule codes used twice: {sorted(duplicates)}")
+    return tuple(sorted(found, key=lambda rule: rule.code))
+
+
+def codes_for(selector: str) -> set[str]:
+    """The rule codes a selector names: a code, a slug, a code prefix such as "DPL00", or "ALL"."""
+    wanted = selector.strip()
+    rules = all_rules()
+    if wanted.upper() == "ALL":
+        return {rule.code for rule in rules}
+    exact = {rule.code for rule in rules if rule.code == wanted.upper() or rule.name == wanted.lower()}
+    if exact:
+        return exact
+    prefixed = {rule.code for rule in rules if rule.code.startswith(wanted.upper())} if wanted[:3].upper() == "DPL" else set()
+    if prefixed:
+        return prefixed
+    raise UnknownRuleError(f"unknown rule selector {selector!r} (use a code such as DPL004, a slug such as strip-module, or a prefix such as DPL00)")
+
+
+def find_rule(selector: str) -> type[Rule]:
+    codes = codes_for(selector)
+    if len(codes) != 1:
+        raise UnknownRuleError(f"{selector!r} names {len(codes)} rules, not one")
+    (code,) = codes
+    return next(rule for rule in all_rules() if rule.code == code)
+
+
+def selected_codes(
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] = (),
+    extend_select: Iterable[str] = (),
+) -> frozenset[str]:
+    """Resolve select / extend-select / ignore into the set of enabled codes (ignore wins)."""
+    if select is None or not list(select):
+        enabled = {rule.code for rule in all_rules()}
+    else:
+        enabled = set().union(*(codes_for(s) for s in select))
+    for selector in extend_select:
+        enabled |= codes_for(selector)
+    for selector in ignore:
+        enabled -= codes_for(selector)
+    return frozenset(enabled)

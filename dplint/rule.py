@@ -1,0 +1,192 @@
+"""What a rule is, and what it reports.
+
+A rule is a class in its own module under ``rules/``. The class docstring is the user
+documentation (ruff's sections: What it does / Why is this bad? / Example / Use instead /
+Fix safety); ``dplint explain`` prints it. ``VALID`` and ``INVALID`` carry the rule's own
+examples, and ``tests/test_rule_examples.py`` turns every one of them into a test.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence, Union
+
+if TYPE_CHECKING:  # keep `import dplint.rule` free of LibCST
+    import libcst as cst
+
+    from dplint.semantic import SemanticModel
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"  # crashes, or silently wrong results
+    WARNING = "warning"  # wrong under realistic conditions, or slow
+    INFO = "info"  # consistency
+
+
+class Applicability(str, enum.Enum):
+    SAFE = "safe"  # cannot break code that works today
+    UNSAFE = "unsafe"  # may change what runs; needs --unsafe-fixes
+    DISPLAY = "display"  # a suggestion shown to the user, never applied
+
+
+class EditKind(str, enum.Enum):
+    REPLACE = "replace"  # replace the node's source range with the content
+    INSERT_BEFORE_STATEMENT = "insert-before-statement"  # new line(s) above the node's line, same indent
+    INSERT_AFTER_STATEMENT = "insert-after-statement"  # new line(s) below the node's last line, same indent
+    DELETE_STATEMENT = "delete-statement"  # remove the node's whole line(s)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change, anchored on a node of the parsed module.
+
+    ``content`` is text or a replacement node (rendered with the module's own
+    formatting defaults). For the statement kinds the content is the statement text
+    without indentation or newline; the engine adds both from the anchor's line.
+    """
+
+    node: "cst.CSTNode"
+    content: Union[str, "cst.CSTNode"] = ""
+    kind: EditKind = EditKind.REPLACE
+
+
+@dataclass(frozen=True)
+class Fix:
+    applicability: Applicability
+    message: str
+    edits: tuple[Edit, ...] = ()
+
+
+@dataclass
+class Violation:
+    """What a rule's ``check`` yields: a node, a message and maybe a fix."""
+
+    node: "cst.CSTNode"
+    message: str
+    fix: Fix | None = None
+    severity: Severity | None = None  # overrides the rule's default when set
+
+
+@dataclass(frozen=True)
+class Example:
+    """A rule's own example. ``expected`` is the exact code after ``dplint fix --unsafe-fixes``
+    (None: the fix leaves the code unchanged or there is no fix). ``count``: findings expected."""
+
+    code: str
+    expected: str | None = None
+    count: int = 1
+
+
+class Rule:
+    code: ClassVar[str]  # stable, e.g. "DPL004"
+    name: ClassVar[str]  # the slug, e.g. "strip-module"
+    severity: ClassVar[Severity]
+    summary: ClassVar[str]  # one line for `dplint rules`
+    fix_applicability: ClassVar[Applicability | None] = None  # the best fix the rule can offer
+    # Substrings of the source that a file must contain for this rule to possibly fire.
+    # The pre-filter skips parsing a file that contains none of any enabled rule's tokens,
+    # so a rule must list at least one token that every flagged file contains.
+    tokens: ClassVar[tuple[str, ...]] = ()
+    VALID: ClassVar[Sequence[str]] = ()
+    INVALID: ClassVar[Sequence[Example]] = ()
+
+    def check(self, model: "SemanticModel") -> Iterator[Violation]:
+        raise NotImplementedError
+
+    # Project-wide checks (across files): `project_facts` returns JSON-able facts about one
+    # file (cached with its findings); `check_project` sees the facts of every file in the run.
+    def project_facts(self, model: "SemanticModel") -> dict | None:
+        return None
+
+    @classmethod
+    def check_project(cls, facts_by_path: dict[str, dict]) -> Iterator["Finding"]:
+        return iter(())
+
+    @classmethod
+    def documentation(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+
+@dataclass(frozen=True)
+class Position:
+    row: int  # 1-based
+    column: int  # 1-based, in characters
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    """An edit resolved to offsets into the file's text."""
+
+    start: int
+    end: int
+    content: str
+    location: Position
+    end_location: Position
+
+
+@dataclass
+class Finding:
+    code: str
+    name: str
+    message: str
+    severity: Severity
+    filename: str
+    location: Position
+    end_location: Position
+    fix_applicability: Applicability | None = None
+    fix_message: str | None = None
+    edits: list[TextEdit] = field(default_factory=list)
+
+    @property
+    def sort_key(self) -> tuple:
+        return (self.filename, self.location.row, self.location.column, self.code)
+
+
+def finding_to_dict(finding: Finding) -> dict:
+    """The JSON shape of a finding (ruff's: 1-based rows and columns)."""
+    fix = None
+    if finding.fix_applicability is not None:
+        fix = {
+            "applicability": finding.fix_applicability.value,
+            "message": finding.fix_message,
+            "edits": [
+                {
+                    "content": edit.content,
+                    "location": {"row": edit.location.row, "column": edit.location.column},
+                    "end_location": {"row": edit.end_location.row, "column": edit.end_location.column},
+                }
+                for edit in finding.edits
+            ],
+        }
+    return {
+        "code": finding.code,
+        "name": finding.name,
+        "message": finding.message,
+        "severity": finding.severity.value,
+        "filename": finding.filename,
+        "location": {"row": finding.location.row, "column": finding.location.column},
+        "end_location": {"row": finding.end_location.row, "column": finding.end_location.column},
+        "fix": fix,
+    }
+
+
+def finding_from_dict(data: dict) -> Finding:
+    """The inverse of finding_to_dict, for the cache (edit offsets are not kept: check only)."""
+    fix = data.get("fix")
+    return Finding(
+        code=data["code"],
+        name=data["name"],
+        message=data["message"],
+        severity=Severity(data["severity"]),
+        filename=data["filename"],
+        location=Position(**data["location"]),
+        end_location=Position(**data["end_location"]),
+        fix_applicability=Applicability(fix["applicability"]) if fix else None,
+        fix_message=fix["message"] if fix else None,
+        edits=[
+            TextEdit(-1, -1, edit["content"], Position(**edit["location"]), Position(**edit["end_location"]))
+            for edit in (fix["edits"] if fix else ())
+        ],
+    )

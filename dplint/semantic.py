@@ -1,0 +1,735 @@
+"""The semantic model of one file: what its names are bound to, computed in one pass.
+
+Every rule reads this model instead of walking the tree with its own name tables. It
+knows, without importing anything and without LibCST's (slow) scope providers:
+
+* the import-alias table (``import torch.nn as nn``, ``from torch.nn.parallel import
+  DistributedDataParallel as DDP``) and so the qualified name of any dotted expression;
+* every binding of a plain name or of a ``self.x`` attribute (assignments, parameters,
+  loop targets, ``with ... as``), in source order, per scope, following Python's rule that
+  a name assigned anywhere in a function is local to it;
+* every call, with its scope, the loops around it and whether it runs under
+  ``torch.no_grad()`` / ``torch.inference_mode()``;
+* the model wrappings (``nn.DataParallel(...)`` / ``DistributedDataParallel(...)``) with the
+  name they bind and the name of the model they wrap.
+
+"Before" and "after" mean source order, which is run order inside one function body. Where
+the code can't tell what a name holds (a parameter, a tuple unpacked from a call), the model
+answers ``None`` and rules stay silent: a false positive costs a user's trust.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import libcst as cst
+
+# Different spellings of the same object, mapped to one canonical qualified name.
+CANONICAL_NAMES = {
+    "torch.nn.parallel.DataParallel": "torch.nn.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel": "torch.nn.DataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "torch.utils.data.distributed.DistributedSampler": "torch.utils.data.DistributedSampler",
+    "torch.utils.data.dataloader.DataLoader": "torch.utils.data.DataLoader",
+    "torch.autograd.no_grad": "torch.no_grad",
+    "torch.autograd.grad_mode.no_grad": "torch.no_grad",
+    "torch.autograd.grad_mode.inference_mode": "torch.inference_mode",
+    "torch.autograd.inference_mode": "torch.inference_mode",
+    "torch.serialization.save": "torch.save",
+    "torch.serialization.load": "torch.load",
+    "torch.distributed.distributed_c10d.init_process_group": "torch.distributed.init_process_group",
+}
+
+WRAPPER_KINDS = {
+    "torch.nn.DataParallel": "DP",
+    "torch.nn.parallel.DistributedDataParallel": "DDP",
+}
+DATA_PARALLEL = "torch.nn.DataParallel"
+DISTRIBUTED_DATA_PARALLEL = "torch.nn.parallel.DistributedDataParallel"
+DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
+DATA_LOADER = "torch.utils.data.DataLoader"
+NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode"}
+
+# Module methods that return the module itself: `nn.DataParallel(model).cuda()` is still the
+# wrapper, and `DDP(model.to(rank))` still wraps `model`.
+SELF_RETURNING_METHODS = {
+    "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval",
+    "requires_grad_", "share_memory", "to_empty", "xpu", "mps",
+}
+
+
+@dataclass(eq=False)
+class Scope:
+    node: cst.CSTNode  # the Module, FunctionDef, Lambda or ClassDef
+    kind: str  # "module" | "function" | "class"
+    parent: Optional["Scope"]
+    local_names: set[str] = field(default_factory=set)  # names Python treats as local here
+    self_name: Optional[str] = None  # first parameter of a method ("self")
+
+    @property
+    def class_scope(self) -> Optional["Scope"]:
+        """The class a method belongs to (only for functions defined directly in a class)."""
+        if self.kind == "function" and self.parent is not None and self.parent.kind == "class":
+            return self.parent
+        return None
+
+
+@dataclass(eq=False)
+class Binding:
+    key: str  # "model", or "self.model" for an attribute of the method's instance
+    value: Optional[cst.BaseExpression]  # None when the code can't tell (parameter, loop target...)
+    node: cst.CSTNode  # the statement or parameter that binds it
+    scope: Scope  # the owning scope: the function/module, or the class for "self.x"
+    order: int
+
+
+@dataclass(eq=False)
+class CallSite:
+    node: cst.Call
+    qualified_name: Optional[str]  # "torch.save", or None for method calls on variables
+    scope: Scope
+    order: int
+    in_no_grad: bool  # under `with torch.no_grad()` / `inference_mode()` or such a decorator
+    loops: tuple[cst.CSTNode, ...]  # enclosing For/While nodes, outermost first
+
+
+@dataclass(eq=False)
+class Loop:
+    node: cst.CSTNode  # cst.For or cst.While
+    target_key: Optional[str]  # the loop variable of a `for` with a single Name target
+    scope: Scope
+    order: int
+    loops: tuple[cst.CSTNode, ...]  # loops around this one
+
+
+@dataclass(eq=False)
+class Wrapping:
+    """One `nn.DataParallel(inner)` / `DistributedDataParallel(inner)` construction."""
+
+    kind: str  # "DP" | "DDP"
+    call: cst.Call
+    inner: Optional[cst.BaseExpression]  # the wrapped expression, `.to(...)`/`.cuda()` peeled off
+    inner_key: Optional[str]  # "model" / "self.model" when the wrapped thing is a name
+    wrapper_key: Optional[str]  # the name the wrapper is bound to, if any
+    binding: Optional[Binding]  # that binding
+    scope: Scope
+    order: int
+
+    @property
+    def rebinds(self) -> bool:
+        """`model = DDP(model)`: the inner name now holds the wrapper."""
+        return self.inner_key is not None and self.inner_key == self.wrapper_key
+
+
+class SemanticModel:
+    def __init__(self, module: cst.Module, path: str = "<string>") -> None:
+        self.module = module
+        self.path = path
+        self.imports: dict[str, str] = {}  # local name -> qualified name
+        self.calls: list[CallSite] = []
+        self.bindings: dict[str, list[Binding]] = {}  # key -> bindings in source order
+        self.loops: list[Loop] = []
+        self.functions: dict[str, list[cst.FunctionDef]] = {}
+        self.classes: dict[str, cst.ClassDef] = {}
+        self.references: dict[str, list[tuple[cst.CSTNode, Scope, int]]] = {}  # loads of a key
+        self._parent: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._order: dict[cst.CSTNode, int] = {}
+        self._scope_of: dict[cst.CSTNode, Scope] = {}  # scope-creating node -> Scope
+        self._node_scope: dict[cst.CSTNode, Scope] = {}  # any recorded node -> its scope
+        self._wrappings: Optional[list[Wrapping]] = None
+        self._positions = None
+        _Collector(self).collect(module)
+
+    # ----------------------------------------------------------------- tree navigation
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self._parent.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        node = self._parent.get(node)
+        while node is not None:
+            yield node
+            node = self._parent.get(node)
+
+    def order(self, node: cst.CSTNode) -> int:
+        return self._order[node]
+
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The innermost statement holding the node (a SimpleStatementLine or compound statement)."""
+        current: Optional[cst.CSTNode] = node
+        while current is not None and not isinstance(
+            current, (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+        ):
+            current = self._parent.get(current)
+        return current if current is not None else node
+
+    def scope(self, node: cst.CSTNode) -> Scope:
+        """The scope a node runs in (for a def/class node: the scope it is defined in)."""
+        for candidate in (node, *self.ancestors(node)):
+            if candidate in self._node_scope:
+                return self._node_scope[candidate]
+            if candidate is not node and candidate in self._scope_of:
+                return self._scope_of[candidate]
+        return self._scope_of[self.module]
+
+    def code(self, node: cst.CSTNode, in_place_of: Optional[cst.CSTNode] = None) -> str:
+        """The source of a node; with `in_place_of`, rendered at that node's block indentation
+        (a multi-line call inside a function keeps its continuation lines' indentation)."""
+        if in_place_of is None:
+            return self.module.code_for_node(node)
+        from libcst._nodes.internal import CodegenState
+
+        state = CodegenState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
+        blocks = [a for a in self.ancestors(in_place_of) if isinstance(a, cst.IndentedBlock)]
+        state.indent_tokens = [
+            block.indent if block.indent is not None else self.module.default_indent for block in reversed(blocks)
+        ]
+        node._codegen(state)
+        return "".join(state.tokens)
+
+    def position(self, node: cst.CSTNode):
+        """(start, end) CodePositions of a node, 1-based lines and 0-based columns.
+
+        Positions are computed on first use only, so files without findings never pay for them.
+        """
+        if self._positions is None:
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
+            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+            self._positions = wrapper.resolve(PositionProvider)
+        code_range = self._positions[node]
+        return code_range.start, code_range.end
+
+    # ------------------------------------------------------------------------- names
+    def qualified_name(self, expr: Optional[cst.CSTNode]) -> Optional[str]:
+        """`nn.DataParallel` -> "torch.nn.DataParallel", through the file's imports."""
+        dotted = dotted_name(expr)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        if head not in self.imports:
+            return None
+        name = self.imports[head] + ("." + rest if rest else "")
+        return CANONICAL_NAMES.get(name, name)
+
+    def binding_key(self, expr: Optional[cst.CSTNode], at: Optional[cst.CSTNode] = None) -> Optional[str]:
+        """The key a name expression is bound under: "model", or "self.model" inside a method."""
+        if isinstance(expr, cst.Name):
+            return expr.value
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+            scope = self.scope(at if at is not None else expr)
+            if scope.self_name is not None and expr.value.value == scope.self_name:
+                return "self." + expr.attr.value
+        return None
+
+    def binding_at(self, key: str, at: cst.CSTNode) -> Optional[Binding]:
+        """The binding of `key` that is live at node `at` (the last one before it in its scope)."""
+        owner = self._owner_scope(key, self.scope(at))
+        if owner is None:
+            return None
+        position = self._order[at]
+        live = None
+        for binding in self.bindings.get(key, ()):
+            if binding.scope is owner and binding.order < position:
+                live = binding
+        return live
+
+    def value_at(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None,
+                 depth: int = 8) -> Optional[cst.BaseExpression]:
+        """Follow names to the expression they were last assigned; None when unknown.
+
+        A non-name expression is returned as it is. `at` defaults to the expression itself.
+        """
+        at = expr if at is None else at
+        while depth > 0 and expr is not None:
+            key = self.binding_key(expr, at)
+            if key is None or key in ("True", "False", "None"):
+                return expr
+            binding = self.binding_at(key, at)
+            if binding is None or binding.value is None:
+                return None
+            expr, at, depth = binding.value, binding.node, depth - 1
+        return None
+
+    def call_to(self, expr: Optional[cst.CSTNode], *qualified_names: str) -> Optional[cst.Call]:
+        """`expr` itself if it is a call to one of the given qualified names."""
+        if isinstance(expr, cst.Call) and self.qualified_name(expr.func) in qualified_names:
+            return expr
+        return None
+
+    def _owner_scope(self, key: str, scope: Scope) -> Optional[Scope]:
+        if key.startswith("self."):
+            return scope.class_scope
+        current: Optional[Scope] = scope
+        while current is not None:
+            if current.kind == "class" and current is not scope:
+                current = current.parent  # class bodies are not visible from their methods
+                continue
+            if key in current.local_names:
+                return current
+            current = current.parent
+        return None
+
+    # ---------------------------------------------------------------------- wrappers
+    @property
+    def wrappings(self) -> list[Wrapping]:
+        if self._wrappings is None:
+            self._wrappings = list(self._find_wrappings())
+        return self._wrappings
+
+    def _find_wrappings(self) -> Iterator[Wrapping]:
+        for site in self.calls:
+            kind = WRAPPER_KINDS.get(site.qualified_name or "")
+            if kind is None:
+                continue
+            inner = argument(site.node, 0, "module")
+            inner = peel_self_returning(inner)
+            binding = self._binding_of_value(site.node)
+            yield Wrapping(
+                kind=kind,
+                call=site.node,
+                inner=inner,
+                inner_key=self.binding_key(inner, site.node),
+                wrapper_key=binding.key if binding else None,
+                binding=binding,
+                scope=site.scope,
+                order=site.order,
+            )
+
+    def _binding_of_value(self, call: cst.Call) -> Optional[Binding]:
+        """The binding whose value is `call`, possibly under `.cuda()`/`.to()`."""
+        for ancestor in self.ancestors(call):
+            if isinstance(ancestor, (cst.Assign, cst.AnnAssign)):
+                value = peel_self_returning(ancestor.value)
+                if value is not call:
+                    return None
+                for bindings in self.bindings.values():
+                    for binding in bindings:
+                        if binding.node is ancestor:
+                            return binding
+                return None
+            if not isinstance(ancestor, (cst.Call, cst.Attribute, cst.Arg)):
+                return None
+        return None
+
+    def wrapping_bound_to(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None) -> Optional[Wrapping]:
+        """The wrapping an expression holds: `model_dp` after `model_dp = nn.DataParallel(m)`."""
+        value = peel_self_returning(self.value_at(expr, at))
+        if not isinstance(value, cst.Call):
+            return None
+        for wrapping in self.wrappings:
+            if wrapping.call is value:
+                return wrapping
+        return None
+
+    def wrapping_of_inner(self, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[Wrapping]:
+        """The wrapping that wrapped the very object `expr` holds at `at`, into another name.
+
+        `model_dp = nn.DataParallel(model)` ... `model.train()` -> that wrapping.
+        After `model = DDP(model)` the name holds the wrapper, so the answer is None.
+        """
+        key = self.binding_key(expr, at)
+        if key is None:
+            return None
+        live = self.binding_at(key, at)
+        position = self._order[at]
+        found = None
+        for wrapping in self.wrappings:
+            if wrapping.inner_key != key or wrapping.rebinds or wrapping.order >= position:
+                continue
+            if self.binding_at(key, wrapping.call) is live:
+                found = wrapping
+        return found
+
+
+# --------------------------------------------------------------------------- helpers
+def dotted_name(expr: Optional[cst.CSTNode]) -> Optional[str]:
+    """`torch.nn.DataParallel` -> "torch.nn.DataParallel"; None for anything but names/attributes."""
+    parts = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return None
+    parts.append(expr.value)
+    return ".".join(reversed(parts))
+
+
+def argument(call: cst.Call, position: Optional[int], keyword: Optional[str] = None) -> Optional[cst.BaseExpression]:
+    """The value of a call's argument given by position or keyword, or None."""
+    index = 0
+    for arg in call.args:
+        if arg.star:
+            return None if keyword is None else _keyword_only(call, keyword)
+        if arg.keyword is None:
+            if position is not None and index == position:
+                return arg.value
+            index += 1
+        elif keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    return None
+
+
+def _keyword_only(call: cst.Call, keyword: str) -> Optional[cst.BaseExpression]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    return None
+
+
+def keyword_arg(call: cst.Call, keyword: str) -> Optional[cst.Arg]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    return None
+
+
+def method_call(call: cst.Call) -> Optional[tuple[cst.BaseExpression, str]]:
+    """`x.train()` -> (x, "train"); None when the callee is not an attribute."""
+    if isinstance(call.func, cst.Attribute):
+        return call.func.value, call.func.attr.value
+    return None
+
+
+def peel_self_returning(expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """`nn.DataParallel(m).cuda()` -> `nn.DataParallel(m)`; `m.to(rank)` -> `m`."""
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in SELF_RETURNING_METHODS
+    ):
+        expr = expr.func.value
+    return expr
+
+
+def literal_value(expr: Optional[cst.CSTNode]):
+    """The Python value of a simple literal (str, number, True/False/None); raises ValueError otherwise."""
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[expr.value]
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        value = expr.evaluated_value
+        if value is None:
+            raise ValueError("not a literal")
+        return value
+    if isinstance(expr, cst.Integer):
+        return int(expr.value.replace("_", ""), 0)
+    if isinstance(expr, cst.Float):
+        return float(expr.value.replace("_", ""))
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return -literal_value(expr.expression)
+    raise ValueError("not a literal")
+
+
+# ------------------------------------------------------------------------ collection
+class _Collector(cst.CSTVisitor):
+    """The one pass over the tree that fills a SemanticModel."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        self.model = model
+        self.stack: list[cst.CSTNode] = []
+        self.counter = 0
+        self.scopes: list[Scope] = []
+        self.loop_stack: list[cst.CSTNode] = []
+        self.no_grad_depth = 0
+        self._no_grad_nodes: set[cst.CSTNode] = set()  # With / FunctionDef nodes that disable grad
+        self.open_assignments: list[Binding] = []
+
+    def collect(self, module: cst.Module) -> None:
+        module_scope = Scope(module, "module", None)
+        self.model._scope_of[module] = module_scope
+        self.scopes.append(module_scope)
+        module.visit(self)
+
+    @property
+    def scope(self) -> Scope:
+        return self.scopes[-1]
+
+    # Every node gets a parent and an order number; then the typed visit_X runs.
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.model._parent[node] = self.stack[-1]
+        self.model._order[node] = self.counter
+        self.counter += 1
+        self.stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.stack.pop()
+
+    # -- imports
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+                self.model.imports[local] = full
+            else:
+                local = full.split(".")[0]
+                self.model.imports[local] = local
+            self._bind(local, None, node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        base = dotted_name(node.module)
+        if base is None:
+            return
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            if name is None:
+                continue
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            full = base + "." + name
+            self.model.imports[local] = CANONICAL_NAMES.get(full, full)
+            self._bind(local, None, node)
+
+    # -- scopes
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scope.local_names.add(node.name.value)
+        self._bind(node.name.value, None, node)
+        self.model.functions.setdefault(node.name.value, []).append(node)
+        if any(self._disables_grad(decorator.decorator) for decorator in node.decorators):
+            self._no_grad_nodes.add(node)
+            self.no_grad_depth += 1
+        scope = Scope(node, "function", self.scope)
+        params = node.params
+        all_params = [*params.posonly_params, *params.params, *params.kwonly_params]
+        for extra in (params.star_arg, params.star_kwarg):
+            if isinstance(extra, cst.Param):
+                all_params.append(extra)
+        if all_params and self.scope.kind == "class" and not _is_staticmethod(node):
+            scope.self_name = all_params[0].name.value
+        self.model._scope_of[node] = scope
+        self.scopes.append(scope)
+        for param in all_params:
+            scope.local_names.add(param.name.value)
+            self._bind(param.name.value, None, param)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+        if original_node in self._no_grad_nodes:
+            self.no_grad_depth -= 1
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        scope = Scope(node, "function", self.scope)
+        for param in node.params.params:
+            scope.local_names.add(param.name.value)
+        self.model._scope_of[node] = scope
+        self.scopes.append(scope)
+
+    def leave_Lambda(self, original_node: cst.Lambda) -> None:
+        self.scopes.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scope.local_names.add(node.name.value)
+        self._bind(node.name.value, None, node)
+        self.model.classes[node.name.value] = node
+        scope = Scope(node, "class", self.scope)
+        self.model._scope_of[node] = scope
+        self.scopes.append(scope)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.scopes.pop()
+
+    def visit_Global(self, node: cst.Global) -> None:
+        # `global x` makes assignments in this function bind the module's x.
+        for item in node.names:
+            self.scope.local_names.discard(item.name.value)
+
+    # -- bindings
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind_target(target.target, node.value, node)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind_target(node.target, node.value, node)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._bind_target(node.target, None, node)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind_target(node.target, node.value, node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind_target(node.target, None, node)
+        key = node.target.value if isinstance(node.target, cst.Name) else None
+        self._add_loop(node, key)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.loop_stack.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._add_loop(node, None)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self.loop_stack.pop()
+
+    def _add_loop(self, node: cst.CSTNode, key: Optional[str]) -> None:
+        self.model.loops.append(Loop(node, key, self.scope, self.model._order[node], tuple(self.loop_stack)))
+        self.loop_stack.append(node)
+
+    def visit_With(self, node: cst.With) -> None:
+        for item in node.items:
+            if item.asname is not None:
+                self._bind_target(item.asname.name, None, node)
+        if any(self._disables_grad(item.item) for item in node.items):
+            self._no_grad_nodes.add(node)
+            self.no_grad_depth += 1
+
+    def leave_With(self, original_node: cst.With) -> None:
+        if original_node in self._no_grad_nodes:
+            self.no_grad_depth -= 1
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self._bind_target(node.name.name, None, node)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        # Comprehension variables live in their own scope; record them as unknown so a
+        # comprehension's `k` never resolves to an outer `k`.
+        self._bind_target(node.target, None, node)
+
+    def _bind_target(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression], node: cst.CSTNode) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+            elements = target.elements
+            exact = values is not None and len(values) == len(elements) and not any(
+                isinstance(e, cst.StarredElement) for e in (*elements, *values)
+            )
+            for index, element in enumerate(elements):
+                element_value = values[index].value if exact else None
+                self._bind_target(element.value, element_value, node)
+            return
+        if isinstance(target, cst.StarredElement):
+            self._bind_target(target.value, None, node)
+            return
+        if isinstance(target, cst.Name):
+            self._bind(target.value, value, node)
+            return
+        key = self._self_key(target)
+        class_scope = self.scope.class_scope
+        if key is not None and class_scope is not None:
+            self._add_binding(key, value, node, class_scope)
+
+    def _self_key(self, target: cst.BaseExpression) -> Optional[str]:
+        if (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and self.scope.self_name is not None
+            and target.value.value == self.scope.self_name
+        ):
+            return "self." + target.attr.value
+        return None
+
+    def _bind(self, name: str, value: Optional[cst.BaseExpression], node: cst.CSTNode) -> None:
+        self.scope.local_names.add(name)
+        self._add_binding(name, value, node, self.scope)
+
+    def _add_binding(self, key: str, value, node: cst.CSTNode, scope: Scope) -> None:
+        binding = Binding(key, value, node, scope, self.model._order.get(node, self.counter))
+        self.model.bindings.setdefault(key, []).append(binding)
+        if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            self.open_assignments.append(binding)
+
+    # An assignment takes effect after its whole statement ran: in `model = DDP(model)` the
+    # argument still reads the old `model`. So its order is fixed when the visit leaves it.
+    def _close_assignment(self, node: cst.CSTNode) -> None:
+        for binding in self.open_assignments:
+            if binding.node is node:
+                binding.order = self.counter
+        self.open_assignments = [b for b in self.open_assignments if b.node is not node]
+
+    def leave_Assign(self, original_node: cst.Assign) -> None:
+        self._close_assignment(original_node)
+
+    def leave_AnnAssign(self, original_node: cst.AnnAssign) -> None:
+        self._close_assignment(original_node)
+
+    def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
+        self._close_assignment(original_node)
+
+    # -- calls and references
+    def visit_Call(self, node: cst.Call) -> None:
+        self.model.calls.append(
+            CallSite(
+                node=node,
+                qualified_name=self.model.qualified_name(node.func),
+                scope=self.scope,
+                order=self.model._order[node],
+                in_no_grad=self.no_grad_depth > 0,
+                loops=tuple(self.loop_stack),
+            )
+        )
+        self.model._node_scope[node] = self.scope
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.model._node_scope[node] = self.scope
+        self.model.references.setdefault(node.value, []).append((node, self.scope, self.model._order[node]))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.model._node_scope[node] = self.scope
+        key = self._self_key(node)
+        if key is not None:
+            self.model.references.setdefault(key, []).append((node, self.scope, self.model._order[node]))
+
+    def _disables_grad(self, expr: cst.BaseExpression) -> bool:
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        name = self.model.qualified_name(target)
+        if name in NO_GRAD_CONTEXTS:
+            return True
+        if name == "torch.set_grad_enabled" and isinstance(expr, cst.Call):
+            try:
+                return literal_value(argument(expr, 0, "mode")) is False
+            except ValueError:
+                return False
+        return False
+
+
+def _is_staticmethod(node: cst.FunctionDef) -> bool:
+    return any(
+        isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in node.decorators
+    )
+
+
+def static_truth(model: SemanticModel, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None) -> Optional[bool]:
+    """Whether an expression is provably truthy (True) or falsy (False); None when unknown.
+
+    Knows literals, names bound to literals, `not x`, and `x is None` / `x is not None`
+    where x holds a call (never None) or the literal None.
+    """
+    at = expr if at is None else at
+    if expr is None:
+        return None
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = static_truth(model, expr.expression, at)
+        return None if inner is None else not inner
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        target = expr.comparisons[0]
+        if isinstance(target.operator, (cst.Is, cst.IsNot)) and _is_none(target.comparator):
+            left = model.value_at(expr.left, at)
+            if left is None:
+                return None
+            try:
+                is_none = literal_value(left) is None
+            except ValueError:
+                if not isinstance(left, (cst.Call, cst.List, cst.Dict, cst.Tuple, cst.Lambda)):
+                    return None
+                is_none = False
+            return is_none if isinstance(target.operator, cst.Is) else not is_none
+        return None
+    value = model.value_at(expr, at)
+    if value is None:
+        return None
+    try:
+        return bool(literal_value(value))
+    except ValueError:
+        return None
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"

@@ -1,0 +1,1 @@
+"""dplint's rules, one module each (installed as `dplint.rules`). The registry finds them."""

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+def lint(code: str, path: str = "example.py", select=None):
+    """Findings for a piece of code, with every rule (or the selected ones) enabled."""
+    from dplint.engine import lint_source, rules_for
+    from dplint.registry import selected_codes
+
+    return lint_source(code, path, rules_for(selected_codes(select))).findings
+
+
+def fix(code: str, path: str = "example.py", unsafe: bool = True, select=None, only=None):
+    """The text after fixing (all rules, unsafe fixes too, by default)."""
+    from dplint.engine import fix_source, rules_for
+    from dplint.registry import selected_codes
+
+    result = fix_source(code, path, rules_for(selected_codes(select)), unsafe=unsafe, only_codes=only)
+    assert not result.errors, result.errors
+    return result.text
+
+
+def run_cli(*args: str, input: bytes | None = None, cwd: str | os.PathLike | None = None):
+    """Run the real `dplint` command in a subprocess; returns CompletedProcess (text)."""
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "dplint", *args],
+        input=input,
+        capture_output=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def cli():
+    return run_cli
