@@ -1,7 +1,8 @@
-"""The result cache: re-running on an unchanged file parses nothing.
+"""The result cache: re-running on an unchanged file parses nothing (and imports no LibCST).
 
-A file's entry is keyed by the hash of its bytes, the dplint version and the settings that
-change findings; one JSON file per cache folder holds every entry.
+An entry is found by the file's absolute path and used only when the hash of the file's
+bytes still matches. All entries live in one JSON file per cache folder, and that file is
+used only when it was written by the same dplint code and settings.
 """
 
 from __future__ import annotations
@@ -9,14 +10,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from dplint import __version__
 from dplint.config import Settings
 from dplint.rule import finding_from_dict, finding_to_dict
 
+if TYPE_CHECKING:
+    from dplint.runner import FileReport
 
-def _code_fingerprint() -> str:
+
+def content_key(raw: bytes) -> str:
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def code_fingerprint() -> str:
     """Changes whenever dplint's own code changes (also in an editable install without a new version)."""
     import dplint
     import dplint.rules
@@ -31,41 +39,45 @@ def _code_fingerprint() -> str:
     return hashlib.blake2b("|".join(parts).encode(), digest_size=8).hexdigest()
 
 
+def run_key(settings: Settings) -> str:
+    """Everything besides a file's bytes that its findings depend on."""
+    parts = [__version__, code_fingerprint(), settings.fingerprint()]
+    if settings.per_file_ignores:  # their globs are relative to the root
+        parts.append(os.path.abspath(settings.root))
+    return "|".join(parts)
+
+
 class Cache:
     def __init__(self, folder: str, settings: Settings) -> None:
         self.folder = folder
         self.file = os.path.join(folder, f"results-{__version__}.json")
-        self.settings_key = settings.fingerprint() + _code_fingerprint()
+        self.run_key = run_key(settings)
         self.entries: dict[str, dict] = {}
         self.changed = False
         try:
             with open(self.file, encoding="utf-8") as handle:
                 data = json.load(handle)
-            if data.get("settings") == self.settings_key:
-                self.entries = data.get("files", {})
+            if data.get("key") == self.run_key and isinstance(data.get("files"), dict):
+                self.entries = data["files"]
         except (OSError, ValueError, AttributeError):
-            pass
+            pass  # no cache, or an unreadable one: start empty
 
-    @staticmethod
-    def _key(path: str) -> Optional[str]:
-        try:
-            with open(path, "rb") as handle:
-                return hashlib.blake2b(handle.read(), digest_size=16).hexdigest()
-        except OSError:
-            return None
-
-    def get(self, path: str):
+    def get(self, path: str, key: str) -> Optional["FileReport"]:
+        """The cached report of `path` if its content hash is still `key`, else None."""
         from dplint.runner import FileReport
 
         entry = self.entries.get(os.path.abspath(path))
-        if entry is None or entry.get("hash") != self._key(path):
+        if not isinstance(entry, dict) or entry.get("hash") != key:
             return None
-        return FileReport(path, [finding_from_dict(f) for f in entry["findings"]], facts=entry.get("facts", {}))
+        try:
+            findings = [finding_from_dict(f) for f in entry["findings"]]
+        except (KeyError, TypeError, ValueError):
+            return None  # an entry from a damaged cache file: lint again
+        for finding in findings:
+            finding.filename = path  # as named in this run (`.` vs an absolute path)
+        return FileReport(path, findings, facts=entry.get("facts", {}))
 
-    def put(self, path: str, report) -> None:
-        key = self._key(path)
-        if key is None:
-            return
+    def put(self, path: str, key: str, report: "FileReport") -> None:
         self.entries[os.path.abspath(path)] = {
             "hash": key,
             "findings": [finding_to_dict(f) for f in report.findings],
@@ -76,15 +88,18 @@ class Cache:
     def save(self) -> None:
         if not self.changed:
             return
+        temp = f"{self.file}.{os.getpid()}.tmp"
         try:
             os.makedirs(self.folder, exist_ok=True)
             ignore = os.path.join(self.folder, ".gitignore")
             if not os.path.exists(ignore):
                 with open(ignore, "w", encoding="utf-8") as handle:
                     handle.write("*\n")
-            temp = self.file + f".{os.getpid()}.tmp"
             with open(temp, "w", encoding="utf-8") as handle:
-                json.dump({"settings": self.settings_key, "files": self.entries}, handle)
-            os.replace(temp, self.file)
+                json.dump({"key": self.run_key, "files": self.entries}, handle)
+            os.replace(temp, self.file)  # concurrent runs: the last complete file wins
         except OSError:
-            pass  # a cache that cannot be written only costs time
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass  # a cache that cannot be written only costs time

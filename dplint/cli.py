@@ -75,13 +75,16 @@ def fix(**options) -> None:
 def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, output_file, exit_zero,
          unsafe_fixes, diff, show_fixes, exit_non_zero_on_fix, rules, statistics, stdin_filename,
          force_exclude, jobs, no_cache, cache_dir, config_file) -> int:
-    from dplint.config import ConfigError, load_settings
+    from dplint.config import ConfigError, is_excluded, load_settings
     from dplint.registry import UnknownRuleError, codes_for
-    from dplint.reporters import REPORTERS
-    from dplint.runner import FixOptions, process_stdin, run
+    from dplint.reporters import REPORTERS, repository_root
+    from dplint.runner import FileReport, FixOptions, RunReport, process_stdin, run
 
+    # As ruff: `-`, or a --stdin-filename, means the code comes on standard input.
+    use_stdin = list(paths) == ["-"] or stdin_filename is not None
+    if use_stdin and [path for path in paths if path != "-"]:
+        click.echo("dplint: warning: reading standard input (--stdin-filename); the paths given are ignored", err=True)
     paths = list(paths) or ["."]
-    use_stdin = paths == ["-"]
     try:
         overrides = {
             "select": _split(select) or None,
@@ -90,7 +93,10 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
             "unsafe_fixes": unsafe_fixes,
             "output_format": output_format,
         }
-        start = os.path.dirname(stdin_filename or "") or "." if use_stdin else paths[0]
+        if use_stdin:
+            start = os.path.dirname(os.path.abspath(stdin_filename)) if stdin_filename else os.getcwd()
+        else:
+            start = paths[0]
         settings = load_settings(start, overrides, config_file=config_file)
         settings.enabled_codes()  # resolve selectors now: an unknown one is a usage error
         only_codes = frozenset().union(*(codes_for(rule) for rule in _split(rules))) if rules else None
@@ -105,22 +111,30 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
         return EXIT_ERROR
 
     fix = FixOptions(unsafe=settings.unsafe_fixes, only_codes=only_codes, write=not diff) if fix_mode or diff else None
-    if use_stdin:
-        from dplint.runner import RunReport
-
-        data = sys.stdin.buffer.read()
-        report_one = process_stdin(data, stdin_filename or "-", settings, fix)
-        report = RunReport([report_one], 1)
-        if fix is not None and not diff:
-            # stdout carries the code, fixed or not, so `dplint fix -` works as an editor filter
-            if report_one.fixed_text is not None:
-                sys.stdout.write(report_one.fixed_text)
+    try:
+        if use_stdin:
+            data = sys.stdin.buffer.read()
+            display_path = stdin_filename or "-"
+            if force_exclude and stdin_filename and is_excluded(stdin_filename, settings):
+                report = RunReport([], 0)  # an excluded file: nothing to say, and the code goes back as it came
+                report_one = FileReport(display_path)
             else:
-                sys.stdout.buffer.write(data)
-                sys.stdout.flush()
-    else:
-        cache = None if no_cache or fix is not None else (cache_dir or os.path.join(os.getcwd(), ".dplint_cache"))
-        report = run(paths, settings, fix=fix, jobs=jobs, cache_dir=cache, force_exclude=force_exclude)
+                report_one = process_stdin(data, display_path, settings, fix)
+                report = RunReport([report_one], 1)
+            if fix is not None and not diff:
+                # stdout carries the code, fixed or not, so `dplint fix -` works as an editor filter
+                if report_one.fixed_text is not None:
+                    sys.stdout.write(report_one.fixed_text)
+                    sys.stdout.flush()
+                else:
+                    sys.stdout.buffer.write(data)
+                    sys.stdout.buffer.flush()
+        else:
+            cache = None if no_cache or fix is not None else (cache_dir or os.path.join(os.getcwd(), ".dplint_cache"))
+            report = run(paths, settings, fix=fix, jobs=jobs, cache_dir=cache, force_exclude=force_exclude)
+    except ConfigError as error:  # a nested configuration file met on the way
+        click.echo(f"dplint: error: {error}", err=True)
+        return EXIT_ERROR
 
     for error in report.errors:
         click.echo(f"dplint: error: {error}", err=True)
@@ -130,35 +144,39 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
         for file_report in changed:
             sys.stdout.write(file_report.diff)
         count = sum(len(r.applied) for r in changed)
-        click.echo(f"Would fix {count} problem{'s' if count != 1 else ''} in {len(changed)} file{'s' if len(changed) != 1 else ''}.", err=True)
+        click.echo(f"Would fix {_plural(count, 'problem')} in {_plural(len(changed), 'file')}.", err=True)
         if report.errors:
             return EXIT_ERROR
         return EXIT_FINDINGS if changed else EXIT_CLEAN
 
     findings = report.findings
-    rendered = REPORTERS[settings.output_format](findings, unsafe_fixes=settings.unsafe_fixes)
-    if use_stdin and fix is not None:
-        click.echo(rendered, nl=False, err=True)  # stdout carries the fixed code
-    elif output_file:
+    if statistics:
+        rendered = _statistics(findings, settings.unsafe_fixes, as_json=settings.output_format in ("json", "json-lines"))
+    else:
+        rendered = REPORTERS[settings.output_format](
+            findings,
+            unsafe_fixes=settings.unsafe_fixes,
+            files=[file_report.path for file_report in report.files],
+            root=repository_root(),
+        )
+    if output_file:
         with open(output_file, "w", encoding="utf-8") as handle:
             handle.write(rendered)
+    elif use_stdin and fix is not None:
+        click.echo(rendered, nl=False, err=True)  # stdout carries the fixed code
     else:
         click.echo(rendered, nl=False)
 
     if fix is not None:
         applied = report.applied
         if applied:
-            click.echo(f"Fixed {len(applied)} problem{'s' if len(applied) != 1 else ''} in {len(changed)} file{'s' if len(changed) != 1 else ''}.", err=True)
+            click.echo(f"Fixed {_plural(len(applied), 'problem')} in {_plural(len(changed), 'file')}.", err=True)
         if show_fixes:
             for file_report in report.files:
+                if file_report.applied:
+                    click.echo(f"- {file_report.path}:", err=True)
                 for finding in file_report.applied:
-                    click.echo(f"  {file_report.path}: {finding.code} ({finding.name}) {finding.fix_message}", err=True)
-    if statistics:
-        counts: dict[tuple[str, str], int] = {}
-        for finding in findings:
-            counts[(finding.code, finding.name)] = counts.get((finding.code, finding.name), 0) + 1
-        for (code, name), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            click.echo(f"{count:5d}\t{code}\t{name}")
+                    click.echo(f"    {finding.code} ({finding.name}) {finding.fix_message}", err=True)
 
     if report.errors:
         return EXIT_ERROR
@@ -167,6 +185,35 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
     if findings and not exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
+
+
+def _statistics(findings, unsafe_fixes: bool, as_json: bool) -> str:
+    """The number of findings per rule, most frequent first (instead of the findings)."""
+    import json
+
+    from dplint.reporters import fixable
+
+    counts: dict[tuple[str, str], list[int]] = {}
+    for finding in findings:
+        entry = counts.setdefault((finding.code, finding.name), [0, 0])
+        entry[0] += 1
+        entry[1] += fixable(finding, unsafe_fixes)
+    rows = sorted(counts.items(), key=lambda item: (-item[1][0], item[0]))
+    if as_json:
+        return json.dumps(
+            [{"code": code, "name": name, "count": count, "fixable": fixable} for (code, name), (count, fixable) in rows],
+            indent=2,
+        ) + "\n"
+    lines = [f"{count:5d}\t{code}\t{'[*] ' if fixable else ''}{name}" for (code, name), (count, fixable) in rows]
+    if findings:
+        lines.append(f"Found {_plural(len(findings), 'problem')}.")
+    else:
+        lines.append("All checks passed!")
+    return "\n".join(lines) + "\n"
 
 
 @main.command(name="rules")

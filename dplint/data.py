@@ -1,7 +1,9 @@
-"""Shared knowledge of the input pipeline: which expressions are DataLoaders and samplers."""
+"""Shared knowledge of the input pipeline: which expressions are DataLoaders and samplers,
+where a sampler goes (its loaders, the loops over them), and which loops are epoch loops."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Optional
 
 import libcst as cst
@@ -9,9 +11,11 @@ import libcst as cst
 from dplint.semantic import (
     DATA_LOADER,
     DISTRIBUTED_SAMPLER,
+    Binding,
     SemanticModel,
     argument,
     peel_self_returning,
+    static_truth,
 )
 
 # torch's own samplers: any of them next to a truthy `shuffle` makes DataLoader raise.
@@ -51,3 +55,252 @@ def loader_sampler(model: SemanticModel, loader: cst.Call) -> Optional[cst.Call]
 
 def is_distributed_sampler(model: SemanticModel, call: Optional[cst.Call]) -> bool:
     return call is not None and model.qualified_name(call.func) == DISTRIBUTED_SAMPLER
+
+
+# ------------------------------------------------------------------ epochs and set_epoch
+# DistributedSampler(dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False)
+SAMPLER_SHUFFLE = (3, "shuffle")
+# DataLoader(..., batch_sampler=None) is its fifth parameter; BatchSampler(sampler, batch_size, drop_last)
+LOADER_BATCH_SAMPLER = (4, "batch_sampler")
+BATCH_SAMPLERS = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"}
+BATCH_SAMPLER_SAMPLER = (0, "sampler")
+
+# Builtins that take a sampler or loader without keeping or changing it.
+HARMLESS_BUILTINS = {"len", "isinstance"}
+# Callables whose result, iterated by a `for`, iterates their argument once, in order.
+ITERATION_BUILTINS = {"enumerate", "zip", "iter"}
+TQDM_NAMES = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm"}
+TRANGE_NAMES = {"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange", "tqdm.rich.trange"}
+# What a sampler holder exposes on the way to its sampler; touching one of these off the
+# path we follow may reach the sampler in a way we don't track.
+SAMPLER_ATTRIBUTES = {"sampler", "batch_sampler", "set_epoch", "epoch"}
+
+
+@dataclass(eq=False)
+class SamplerFlow:
+    """Where one sampler construction goes, as far as this file shows.
+
+    `holders` are the bindings that reach the sampler, each with the attribute path from
+    the name to the sampler: (`sampler`, ()), (`train_loader`, ("sampler",)),
+    (`loader`, ("batch_sampler", "sampler")). `escapes` is set as soon as the sampler or a
+    holder goes where the file can't follow it (an unknown call, a return, a container):
+    then nothing can be said about its epochs.
+    """
+
+    sampler: cst.Call
+    iterations: list[cst.For] = field(default_factory=list)  # `for` loops over it or its loader
+    holders: list[tuple[Binding, tuple[str, ...]]] = field(default_factory=list)
+    sets_epoch: bool = False  # `.set_epoch(...)` (or `.epoch = ...`) reaches it somewhere
+    escapes: bool = False
+    maybe_none: bool = False  # it went through `DistributedSampler(...) if c else None`
+
+
+def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
+    """`DistributedSampler(ds)` or with a provably true `shuffle` (its default is True)."""
+    if model.qualified_name(call.func) != DISTRIBUTED_SAMPLER or any(arg.star for arg in call.args):
+        return False
+    shuffle = argument(call, *SAMPLER_SHUFFLE)
+    return shuffle is None or static_truth(model, shuffle, call) is True
+
+
+def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
+    """Follow a sampler construction through names, loaders and batch samplers."""
+    flow = SamplerFlow(sampler)
+    _follow(model, sampler, (), flow, set())
+    return flow
+
+
+def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...], flow: SamplerFlow, seen: set) -> None:
+    """Classify one place an expression reaching the sampler (by `path`) is used."""
+    if flow.escapes:
+        return
+    parent = model.parent(occurrence)
+    if isinstance(parent, cst.Attribute) and parent.value is occurrence:
+        attribute = parent.attr.value
+        if path and attribute == path[0]:
+            _follow(model, parent, path[1:], flow, seen)
+        elif not path and attribute in ("set_epoch", "epoch"):
+            flow.sets_epoch = True
+        elif attribute in SAMPLER_ATTRIBUTES:
+            flow.escapes = True
+        # any other attribute (`loader.dataset`, `sampler.num_samples`) is only read
+        return
+    if isinstance(parent, cst.Arg) and parent.value is occurrence:
+        _follow_argument(model, parent, path, flow, seen)
+        return
+    if isinstance(parent, cst.For) and parent.iter is occurrence:
+        flow.iterations.append(parent)
+        return
+    if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is occurrence:
+        targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+        key = model.binding_key(targets[0], parent) if len(targets) == 1 else None
+        binding = next((b for b in model.bindings.get(key or "", ()) if b.node is parent), None)
+        if binding is None:
+            flow.escapes = True
+        else:
+            _follow_binding(model, binding, path, flow, seen)
+        return
+    if isinstance(parent, cst.IfExp) and occurrence is not parent.test:
+        other = parent.orelse if occurrence is parent.body else parent.body
+        if not (isinstance(other, cst.Name) and other.value == "None"):
+            flow.escapes = True
+            return
+        flow.maybe_none = True
+        _follow(model, parent, path, flow, seen)
+        return
+    if _only_tested(parent, occurrence):
+        return
+    flow.escapes = True
+
+
+def _only_tested(parent: Optional[cst.CSTNode], occurrence: cst.CSTNode) -> bool:
+    """`if sampler:`, `sampler is None`, `not sampler`, a bare expression statement."""
+    if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
+        return parent.test is occurrence
+    if isinstance(parent, cst.UnaryOperation):
+        return isinstance(parent.operator, cst.Not)
+    return isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.Expr))
+
+
+def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow, seen: set) -> None:
+    call = model.parent(arg)
+    value = arg.value
+    if not isinstance(call, cst.Call):
+        flow.escapes = True  # a class base, a decorator argument...
+        return
+    name = model.qualified_name(call.func)
+    if arg.star:
+        flow.escapes = True
+    elif name == DATA_LOADER and argument(call, *LOADER_SAMPLER) is value:
+        _follow(model, call, ("sampler", *path), flow, seen)
+    elif name == DATA_LOADER and argument(call, *LOADER_BATCH_SAMPLER) is value:
+        _follow(model, call, ("batch_sampler", *path), flow, seen)
+    elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
+        _follow(model, call, ("sampler", *path), flow, seen)
+    elif builtin_name(model, call.func) in HARMLESS_BUILTINS:
+        pass
+    elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
+        flow.iterations.append(iterating_loop(model, call))
+    else:
+        flow.escapes = True
+
+
+def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...], flow: SamplerFlow, seen: set) -> None:
+    if (binding, path) in seen:
+        return
+    seen.add((binding, path))
+    flow.holders.append((binding, path))
+    key, owner = binding.key, binding.scope
+    if key.startswith("self.") and not _attribute_stays_in_class(model, binding):
+        flow.escapes = True
+        return
+    for node, scope, _ in model.references.get(key, ()):
+        if not _is_load(model, node) or model._owner_scope(key, scope) is not owner:
+            continue  # a store, or another variable of the same name
+        if not key.startswith("self.") and scope is not owner:
+            flow.escapes = True  # read inside a nested function: runs when (and if) it is called
+            return
+        live = model.binding_at(key, node)
+        if live is None:
+            flow.escapes = True  # read where source order can't tell which value it holds
+            return
+        if live is binding:
+            _follow(model, node, path, flow, seen)
+
+
+def _attribute_stays_in_class(model: SemanticModel, binding: Binding) -> bool:
+    """`self.loader` is assigned once in its class, and `.loader` is read nowhere else."""
+    key, owner = binding.key, binding.scope
+    if sum(1 for b in model.bindings.get(key, ()) if b.scope is owner) != 1:
+        return False
+    attribute = key[len("self."):]
+    for node, scope, _ in model.references.get(attribute, ()):
+        parent = model.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            if model.binding_key(parent, parent) != key or scope.class_scope is not owner:
+                return False  # `trainer.loader`, or a subclass's `self.loader`
+    return True
+
+
+def _is_load(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """Whether a recorded Name/Attribute occurrence reads the variable (not a store, a
+    keyword, a parameter, an attribute name or an import)."""
+    parent = model.parent(node)
+    if isinstance(parent, cst.Attribute):
+        return parent.attr is not node
+    if isinstance(parent, cst.Arg):
+        return parent.keyword is not node
+    if isinstance(parent, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.CompFor)):
+        return getattr(parent, "target", None) is not node
+    return not isinstance(
+        parent, (cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias, cst.AsName, cst.NameItem)
+    )
+
+
+def builtin_name(model: SemanticModel, func: cst.BaseExpression) -> Optional[str]:
+    """"len" for a call of the builtin `len` (a Name the file never binds)."""
+    if isinstance(func, cst.Name) and func.value not in model.bindings and func.value not in model.imports:
+        return func.value
+    return None
+
+
+def is_iteration_wrapper(model: SemanticModel, call: cst.Call) -> bool:
+    return builtin_name(model, call.func) in ITERATION_BUILTINS or model.qualified_name(call.func) in TQDM_NAMES
+
+
+def iterating_loop(model: SemanticModel, call: cst.Call) -> Optional[cst.For]:
+    """The `for` whose iterable is this call, through `enumerate(tqdm(...))`-style nesting."""
+    while True:
+        parent = model.parent(call)
+        if isinstance(parent, cst.For) and parent.iter is call:
+            return parent
+        if not isinstance(parent, cst.Arg) or parent.star:
+            return None
+        outer = model.parent(parent)
+        if not (isinstance(outer, cst.Call) and is_iteration_wrapper(model, outer)):
+            return None
+        call = outer
+
+
+def loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The For/While loops whose body holds `node`, in the same function, outermost first."""
+    loops = []
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, (cst.For, cst.While)) and ancestor.body is child:
+            loops.append(ancestor)
+        child = ancestor
+    return loops[::-1]
+
+
+def runs_backward(model: SemanticModel, loop: cst.CSTNode) -> bool:
+    """A training loop: it calls `.backward()` (`loss.backward()`, `scaler.scale(l).backward()`,
+    `accelerator.backward(l)`) or `torch.autograd.backward` in its own body."""
+    scope = model.scope(loop)
+    for site in model.calls:
+        if loop in site.loops and site.scope is scope:
+            if site.qualified_name == "torch.autograd.backward":
+                return True
+            if isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value == "backward":
+                return True
+    return False
+
+
+def epoch_count_loop(model: SemanticModel, loop: cst.CSTNode) -> Optional[str]:
+    """The loop variable of `for epoch in range(...)` (or `tqdm(range(...))`, `trange(...)`):
+    a name holding the epoch number. None for any other loop, and for `_`, which declares
+    its value unused."""
+    if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name) or loop.target.value == "_":
+        return None
+    counter = loop.iter
+    if isinstance(counter, cst.Call) and model.qualified_name(counter.func) in TQDM_NAMES:
+        counter = argument(counter, 0, "iterable")
+    if not isinstance(counter, cst.Call) or any(arg.star for arg in counter.args):
+        return None
+    if model.qualified_name(counter.func) in TRANGE_NAMES:
+        return loop.target.value
+    if builtin_name(model, counter.func) == "range" and not any(arg.keyword for arg in counter.args):
+        return loop.target.value
+    return None

@@ -1,19 +1,33 @@
-"""Output formats. Each reporter turns a run's findings into text; the CLI prints or writes it."""
+"""Output formats. Each reporter turns a run's findings into text; the CLI prints or writes it.
+
+Every reporter takes the findings and `unsafe_fixes` (whether `[*]` counts unsafe fixes), and
+may use `files` (every file checked, for formats that list clean files) and `root` (the folder
+that paths are made relative to; default: the repository around the current folder).
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Callable, Sequence
+import os
+import re
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+from urllib.parse import quote
+from xml.etree import ElementTree
 
-from dplint.rule import Applicability, Finding, finding_to_dict
+from dplint import __version__
+from dplint.rule import Applicability, Finding, Severity, finding_to_dict
+
+
+def fixable(finding: Finding, unsafe_fixes: bool) -> bool:
+    """Whether `dplint fix` (with `--unsafe-fixes` when `unsafe_fixes`) would fix the finding."""
+    return finding.fix_applicability is Applicability.SAFE or (
+        unsafe_fixes and finding.fix_applicability is Applicability.UNSAFE
+    )
 
 
 def _fix_marker(finding: Finding, unsafe_fixes: bool) -> str:
-    if finding.fix_applicability is Applicability.SAFE or (
-        unsafe_fixes and finding.fix_applicability is Applicability.UNSAFE
-    ):
-        return " [*]"
-    return ""
+    return " [*]" if fixable(finding, unsafe_fixes) else ""
 
 
 def fix_summary(findings: Sequence[Finding], unsafe_fixes: bool) -> str:
@@ -30,11 +44,13 @@ def fix_summary(findings: Sequence[Finding], unsafe_fixes: bool) -> str:
     return f"[*] {safe} fixable with dplint fix ({unsafe} more with --unsafe-fixes)."
 
 
-def text(findings: Sequence[Finding], unsafe_fixes: bool = False) -> str:
-    lines = [
-        f"{f.filename}:{f.location.row}:{f.location.column}: {f.code}{_fix_marker(f, unsafe_fixes)} {f.message}"
-        for f in findings
-    ]
+def _line(finding: Finding, unsafe_fixes: bool) -> str:
+    f = finding
+    return f"{f.filename}:{f.location.row}:{f.location.column}: {f.code}{_fix_marker(f, unsafe_fixes)} {f.message}"
+
+
+def text(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
+    lines = [_line(f, unsafe_fixes) for f in findings]
     if findings:
         count = len(findings)
         lines.append(f"Found {count} problem{'s' if count != 1 else ''}.")
@@ -46,11 +62,216 @@ def text(findings: Sequence[Finding], unsafe_fixes: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def json_array(findings: Sequence[Finding], unsafe_fixes: bool = False) -> str:
+def concise(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
+    """One line per finding and nothing else: for grep, editors' problem matchers and diffs."""
+    return "".join(_line(f, unsafe_fixes) + "\n" for f in findings)
+
+
+def json_array(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
     return json.dumps([finding_to_dict(f) for f in findings], indent=2) + "\n"
+
+
+def json_lines(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
+    return "".join(json.dumps(finding_to_dict(f)) + "\n" for f in findings)
+
+
+# ---------------------------------------------------------------------------- GitHub Actions
+GITHUB_COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+def github_escape_data(value: str) -> str:
+    """A workflow command's message, escaped as @actions/core does (`escapeData`)."""
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def github_escape_property(value: str) -> str:
+    """A workflow command's property value, escaped as @actions/core does (`escapeProperty`)."""
+    return github_escape_data(value).replace(":", "%3A").replace(",", "%2C")
+
+
+def github(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
+    """GitHub Actions workflow commands: each finding becomes an annotation on the pull request."""
+    lines = []
+    for f in findings:
+        properties = ",".join(
+            f"{key}={github_escape_property(str(value))}"
+            for key, value in (
+                ("file", f.filename.replace(os.sep, "/")),
+                ("line", f.location.row),
+                ("col", f.location.column),
+                ("endLine", f.end_location.row),
+                ("endColumn", f.end_location.column),
+                ("title", f"dplint ({f.code})"),
+            )
+        )
+        lines.append(f"::{GITHUB_COMMAND[f.severity]} {properties}::{github_escape_data(_line(f, unsafe_fixes))}\n")
+    return "".join(lines)
+
+
+# ---------------------------------------------------------------------------- SARIF
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+def repository_root(start: Optional[str] = None) -> str:
+    """The nearest folder at or above `start` (default: the current folder) holding `.git`;
+    `start` itself outside a repository. SARIF paths are relative to it, as GitHub wants."""
+    start = os.path.abspath(start or os.getcwd())
+    folder = start
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return start
+        folder = parent
+
+
+def _sarif_rules() -> list[dict]:
+    from dplint.engine import PARSE_ERROR_CODE, PARSE_ERROR_NAME
+    from dplint.registry import all_rules
+
+    rules = [
+        {
+            "id": PARSE_ERROR_CODE,
+            "name": PARSE_ERROR_NAME,
+            "shortDescription": {"text": "a file that cannot be read, decoded or parsed"},
+            "fullDescription": {"text": "dplint could not read, decode or parse this file, so it checked nothing in it."},
+            "help": {"text": "Fix the syntax or encoding error; dplint reports what the parser said."},
+            "defaultConfiguration": {"level": "error"},
+        }
+    ]
+    for rule in all_rules():
+        documentation = rule.documentation()
+        rules.append(
+            {
+                "id": rule.code,
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary},
+                "fullDescription": {"text": _what_it_does(documentation) or rule.summary},
+                "help": {"text": documentation, "markdown": documentation},
+                "defaultConfiguration": {"level": SARIF_LEVEL[rule.severity]},
+                "properties": {"tags": [rule.severity.value], "fixable": rule.fix_applicability is not None},
+            }
+        )
+    return rules
+
+
+def _what_it_does(documentation: str) -> str:
+    match = re.search(r"## What it does\n(.*?)(?:\n## |\Z)", documentation, re.S)
+    return " ".join(match.group(1).split()) if match else ""
+
+
+def _artifact_location(filename: str, root: str) -> dict:
+    absolute = os.path.abspath(filename)
+    try:
+        relative = os.path.relpath(absolute, root)
+    except ValueError:  # another drive
+        relative = ".."
+    if relative == ".." or relative.startswith(".." + os.sep):
+        return {"uri": Path(absolute).as_uri()}  # outside the repository: an absolute file URI
+    return {"uri": quote(relative.replace(os.sep, "/")), "uriBaseId": "%SRCROOT%"}
+
+
+def sarif(findings: Sequence[Finding], unsafe_fixes: bool = False, root: Optional[str] = None, **_) -> str:
+    """SARIF 2.1.0, as GitHub code scanning reads it (`github/codeql-action/upload-sarif`)."""
+    root = os.path.abspath(root or repository_root())
+    rules = _sarif_rules()
+    index = {rule["id"]: position for position, rule in enumerate(rules)}
+    results = []
+    for f in findings:
+        result = {
+            "ruleId": f.code,
+            "level": SARIF_LEVEL[f.severity],
+            "message": {"text": f.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": _artifact_location(f.filename, root),
+                        "region": {
+                            "startLine": f.location.row,
+                            "startColumn": f.location.column,
+                            "endLine": f.end_location.row,
+                            "endColumn": f.end_location.column,
+                        },
+                    }
+                }
+            ],
+        }
+        if f.code in index:
+            result["ruleIndex"] = index[f.code]
+        results.append(result)
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "dplint",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "rules": rules,
+                    }
+                },
+                "columnKind": "unicodeCodePoints",  # dplint's columns count characters
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(log, indent=2) + "\n"
+
+
+# ---------------------------------------------------------------------------- JUnit XML
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # characters XML 1.0 cannot carry
+
+
+def _xml_text(value: str) -> str:
+    return _NOT_XML.sub("\ufffd", value)
+
+
+def junit(findings: Sequence[Finding], unsafe_fixes: bool = False, files: Sequence[str] = (), **_) -> str:
+    """JUnit XML for CI test reports: a test suite per file, a failed test case per finding,
+    and one passing test case for each checked file without findings."""
+    by_file: dict[str, list[Finding]] = {path: [] for path in files}
+    for f in findings:
+        by_file.setdefault(f.filename, []).append(f)
+    suites = ElementTree.Element("testsuites", name="dplint", tests="0", failures=str(len(findings)), errors="0")
+    total = 0
+    for path in sorted(by_file):
+        found = by_file[path]
+        suite = ElementTree.SubElement(
+            suites, "testsuite", name=_xml_text(path), tests=str(max(1, len(found))), failures=str(len(found)), errors="0"
+        )
+        if not found:
+            ElementTree.SubElement(suite, "testcase", name="dplint", classname=_xml_text(path), file=_xml_text(path))
+        for f in found:
+            case = ElementTree.SubElement(
+                suite,
+                "testcase",
+                name=f"{f.code} ({f.name}) at {f.location.row}:{f.location.column}",
+                classname=_xml_text(path),
+                file=_xml_text(path),
+                line=str(f.location.row),
+            )
+            failure = ElementTree.SubElement(case, "failure", message=_xml_text(f.message), type=f.code)
+            failure.text = _xml_text(_line(f, unsafe_fixes))
+        total += max(1, len(found))
+    if not by_file:  # nothing was checked: still a valid report, with one passing test
+        suite = ElementTree.SubElement(suites, "testsuite", name="dplint", tests="1", failures="0", errors="0")
+        ElementTree.SubElement(suite, "testcase", name="dplint", classname="dplint")
+        total = 1
+    suites.set("tests", str(total))
+    ElementTree.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(suites, encoding="unicode") + "\n"
 
 
 REPORTERS: dict[str, Callable[..., str]] = {
     "text": text,
+    "concise": concise,
     "json": json_array,
+    "json-lines": json_lines,
+    "github": github,
+    "sarif": sarif,
+    "junit": junit,
 }

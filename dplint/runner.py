@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import difflib
 import os
-from concurrent.futures import ProcessPoolExecutor
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+from dplint.cache import content_key
 from dplint.config import Settings, is_excluded
 from dplint.discovery import discover
 from dplint.rule import Finding, Position, Severity
@@ -103,8 +104,24 @@ def process_file(path: str, settings: Settings, fix: Optional[FixOptions]) -> Fi
     return report
 
 
-def _process_star(args) -> FileReport:
+def _fix_one(args) -> FileReport:
     return process_file(*args)
+
+
+def _lint_one(args) -> FileReport:
+    path, text, settings = args
+    return process_text(text, path, settings, None)
+
+
+def may_match(text: str, codes: frozenset[str]) -> bool:
+    """The runner's pre-filter, the engine's (`could_match`) over all enabled rules at once:
+    can any of them fire on this text? A file that fails it is clean without being parsed."""
+    from dplint.registry import all_rules
+
+    for rule in all_rules():
+        if rule.code in codes and (not rule.tokens or any(token in text for token in rule.tokens)):
+            return True
+    return False
 
 
 def run(
@@ -122,40 +139,64 @@ def run(
         if not is_excluded(f, settings) or (f in explicit and not force_exclude)
     ]
     reports: dict[str, FileReport] = {p.path: FileReport(p.path, [problem_finding(p.path, p.message)]) for p in problems}
-
-    cache = None
-    if cache_dir is not None and fix is None:
-        from dplint.cache import Cache
-
-        cache = Cache(cache_dir, settings)
-    todo = []
-    for path in files:
-        cached = cache.get(path) if cache else None
-        if cached is not None:
-            reports[path] = cached
-        else:
-            todo.append(path)
-
     jobs = jobs or os.cpu_count() or 1
-    if jobs > 1 and len(todo) >= PARALLEL_THRESHOLD:
-        import multiprocessing
 
-        context = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
-            chunk = max(1, len(todo) // (jobs * 4))
-            done = list(pool.map(_process_star, [(p, settings, fix) for p in todo], chunksize=chunk))
+    if fix is not None:  # fixing writes files: no cache, each worker reads and writes its own file
+        for report in _map(_fix_one, [(path, settings, fix) for path in files], jobs):
+            reports[report.path] = report
     else:
-        done = [process_file(p, settings, fix) for p in todo]
-    for report in done:
-        reports[report.path] = report
-        if cache is not None and not report.errors:
-            cache.put(report.path, report)
-    if cache is not None:
-        cache.save()
+        cache = None
+        if cache_dir is not None:
+            from dplint.cache import Cache
+
+            cache = Cache(cache_dir, settings)
+        todo: list[tuple[str, str, Settings]] = []
+        keys: dict[str, str] = {}
+        for path in files:
+            try:
+                source = read_source(path)
+            except SourceError as error:
+                reports[path] = FileReport(path, [problem_finding(path, str(error))])
+                continue
+            if cache is not None:
+                keys[path] = key = content_key(source.raw)
+                cached = cache.get(path, key)
+                if cached is not None:
+                    reports[path] = cached
+                    continue
+            if may_match(source.text, settings.enabled_codes(path)):
+                todo.append((path, source.text, settings))
+            else:
+                reports[path] = FileReport(path)
+                if cache is not None:
+                    cache.put(path, keys[path], reports[path])
+        # Largest first, so that no worker is left with a big file at the end.
+        todo.sort(key=lambda item: -len(item[1]))
+        for report in _map(_lint_one, todo, jobs):
+            reports[report.path] = report
+            if cache is not None and not report.errors:
+                cache.put(report.path, keys[report.path], report)
+        if cache is not None:
+            cache.save()
 
     ordered = [reports[path] for path in sorted(reports)]
     add_project_findings(ordered, settings)
     return RunReport(ordered, len(files))
+
+
+def _map(function, items: list, jobs: int) -> list[FileReport]:
+    """`function` over `items`, in a process pool when there are enough of them to pay for it."""
+    if jobs <= 1 or len(items) < PARALLEL_THRESHOLD:
+        return [function(item) for item in items]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import dplint.engine  # noqa: F401  (imported once here, so forked workers inherit LibCST and the rules)
+
+    # fork: workers start in milliseconds with everything imported; elsewhere the platform default.
+    context = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else None
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context) as pool:
+        return list(pool.map(function, items))
 
 
 def add_project_findings(reports: list[FileReport], settings: Settings) -> None:

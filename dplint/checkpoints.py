@@ -1,0 +1,498 @@
+"""Shared knowledge of checkpoints: which expressions are state dicts of wrappers, which models
+are bare, the `torch.save` / `torch.load` calls with their literal paths, and which model each
+`load_state_dict` targets.
+
+A wrapper's `state_dict()` (`nn.DataParallel` / `DistributedDataParallel`) prefixes every key
+with `module.`; the inner model's (`wrapper.module.state_dict()`) does not. Checkpoints are
+matched by their path: a literal string, a name bound to one, or `os.path.join` of literals,
+normalised (`os.path.join("ckpt", "m.pt")` and `"ckpt/m.pt"` are the same file). Inside a saved
+dict, a state dict is addressed by its literal keys: `torch.save({"model": dp.state_dict()}, p)`
+saves it under `("model",)`, and `torch.load(p)["model"]` reads it back.
+
+Everything here answers None (or leaves an entry out) where the code cannot tell.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import weakref
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from dplint.semantic import (
+    Binding,
+    SemanticModel,
+    Wrapping,
+    argument,
+    literal_value,
+    method_call,
+    peel_self_returning,
+)
+
+TORCH_SAVE = "torch.save"
+TORCH_LOAD = "torch.load"
+CONSUME_PREFIX_MODULE = "torch.nn.modules.utils"
+CONSUME_PREFIX_NAME = "consume_prefix_in_state_dict_if_present"
+CONSUME_PREFIX = f"{CONSUME_PREFIX_MODULE}.{CONSUME_PREFIX_NAME}"
+PATH_JOINS = {"os.path.join", "posixpath.join"}
+# Calls whose result is a state dict (a mapping of parameter names to tensors).
+STATE_DICT_DOWNLOADS = {"torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url"}
+WRAPPER_PREFIX = "module."
+WRAPPER_NAMES = {"DP": "DataParallel", "DDP": "DistributedDataParallel"}
+MAX_DEPTH = 8
+
+
+@dataclass(eq=False)
+class WrapperStateDict:
+    """`wrapper.state_dict()`: every key starts with `module.`."""
+
+    call: cst.Call  # the `.state_dict()` call
+    receiver: cst.BaseExpression  # the expression holding the wrapper
+    wrapping: Wrapping
+    bindings: tuple[Binding, ...]  # the bindings followed from the receiver to the wrapping
+
+
+@dataclass(eq=False)
+class SavedWrapperStateDict:
+    """A wrapper's state dict inside the object one `torch.save` call writes."""
+
+    save: cst.Call
+    path: Optional[str]  # normalised literal path, None when unknown
+    keys: tuple[str, ...]  # where in the saved object: () is the object itself
+    state_dict: WrapperStateDict
+    via_name: bool  # the saved object reaches the state dict through a variable
+
+
+@dataclass(eq=False)
+class LoadedCheckpoint:
+    """`torch.load(path)` indexed by literal keys: `torch.load(p)["model"]`."""
+
+    call: cst.Call  # the torch.load call
+    path: Optional[str]
+    keys: tuple[str, ...]
+
+
+@dataclass(eq=False)
+class StateDictLoad:
+    """One `target.load_state_dict(state_dict, ...)` call."""
+
+    call: cst.Call
+    target: cst.BaseExpression
+    target_is_wrapper: Optional[Wrapping]  # the wrapping the target holds
+    target_wrapper_bindings: tuple[Binding, ...]
+    bare_class: Optional[str]  # the target is a bare model: its class name ("" when unknown)
+    argument: Optional[cst.BaseExpression]  # the state dict passed
+    strict_false: bool
+    wrapper_state_dict: Optional[WrapperStateDict]  # the state dict is a wrapper's, in this file
+    loaded: Optional[LoadedCheckpoint]  # the state dict comes from torch.load
+    prefix_consumed: bool  # consume_prefix_in_state_dict_if_present(..., "module.") ran on it
+
+    @property
+    def target_is_bare(self) -> bool:
+        return self.bare_class is not None
+
+
+@dataclass
+class CheckpointFacts:
+    saves: list[SavedWrapperStateDict]
+    loads: list[StateDictLoad]
+
+    def wrapper_saves_to(self, path: Optional[str], keys: tuple[str, ...]) -> list[SavedWrapperStateDict]:
+        if path is None:
+            return []
+        return [save for save in self.saves if save.path == path and save.keys == keys]
+
+
+_FACTS: "weakref.WeakKeyDictionary[SemanticModel, CheckpointFacts]" = weakref.WeakKeyDictionary()
+
+
+def checkpoint_facts(model: SemanticModel) -> CheckpointFacts:
+    """The file's wrapper-state-dict saves and its load_state_dict calls (computed once per model)."""
+    facts = _FACTS.get(model)
+    if facts is None:
+        facts = CheckpointFacts(list(_wrapper_saves(model)), list(_state_dict_loads(model)))
+        _FACTS[model] = facts
+    return facts
+
+
+# ------------------------------------------------------------------------ resolving names
+def resolve(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, peel: bool = False):
+    """Follow names to the expression they hold: (value, node it was assigned at, bindings followed).
+
+    With `peel`, `.to(...)`/`.cuda()`/`.train()`... are looked through (they return the module).
+    The value is None when a name's value is unknown (a parameter, a loop variable...).
+    """
+    chain: list[Binding] = []
+    for _ in range(MAX_DEPTH):
+        if expr is None:
+            return None, at, tuple(chain)
+        if peel:
+            expr = peel_self_returning(expr)
+        key = model.binding_key(expr, at)
+        if key is None or key in ("True", "False", "None"):
+            return expr, at, tuple(chain)
+        binding = model.binding_at(key, at)
+        if binding is None or binding.value is None:
+            return None, at, tuple(chain)
+        chain.append(binding)
+        expr, at = binding.value, binding.node
+    return None, at, tuple(chain)
+
+
+def wrapper_held(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode):
+    """(the Wrapping, bindings followed) when `expr` holds a DataParallel/DDP wrapper, else None."""
+    value, _, chain = resolve(model, expr, at, peel=True)
+    if not isinstance(value, cst.Call):
+        return None
+    for wrapping in model.wrappings:
+        if wrapping.call is value:
+            return wrapping, chain
+    return None
+
+
+def is_conditional(model: SemanticModel, bindings: tuple[Binding, ...], at: cst.CSTNode) -> bool:
+    """Whether one of the bindings may not have run when `at` runs: it sits in a branch or loop
+    body (an `if`, `else`, `try`, `except`, `for`, `while`, `match` block) that `at` is not in."""
+    around_at = set(model.ancestors(at))
+    for binding in bindings:
+        scope_node = model.scope(binding.node).node
+        for ancestor in model.ancestors(binding.node):
+            if ancestor is scope_node:
+                break
+            if isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                owner = model.parent(ancestor)
+                if owner is scope_node or isinstance(owner, cst.With):
+                    continue
+                if ancestor not in around_at:
+                    return True
+    return False
+
+
+# ------------------------------------------------------------------------ bare models
+def bare_model_class(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
+    """The class name ("" when unknown) when `expr` provably holds a bare (unwrapped) model.
+
+    Bare: `wrapper.module`; a constructor of `torch.nn` or `torchvision.models`; a class defined
+    in this file or imported under a CapWords name (a class: its constructor returns an
+    instance of it; classes whose name mentions "Parallel" are left out); a function defined in
+    this file whose every return is one of those. Anything else (a parameter, `copy.deepcopy`,
+    an imported factory function) is unknown: None.
+    """
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "module" and wrapper_held(model, expr.value, at):
+        return ""
+    value, value_at, _ = resolve(model, expr, at, peel=True)
+    if isinstance(value, cst.Attribute) and value is not expr:
+        return bare_model_class(model, value, value_at)
+    if isinstance(value, cst.Call):
+        return _constructed_class(model, value, MAX_DEPTH)
+    return None
+
+
+def _constructed_class(model: SemanticModel, call: cst.Call, depth: int) -> Optional[str]:
+    if depth <= 0 or any(wrapping.call is call for wrapping in model.wrappings):
+        return None
+    name = model.qualified_name(call.func)
+    if name is not None:
+        last = name.rsplit(".", 1)[-1]
+        if "Parallel" in name or name.startswith("torch.nn.parallel"):
+            return None
+        if name.startswith("torchvision.models."):
+            return last if _is_class_name(last) else ""
+        if name.startswith("torch.") and not name.startswith("torch.nn."):
+            return None
+        return last if _is_class_name(last) else None
+    if not isinstance(call.func, cst.Name):
+        return None
+    local = call.func.value
+    bindings = model.bindings.get(local, [])
+    if local in model.classes and all(binding.node is model.classes[local] for binding in bindings):
+        bases = [model.code(base.value) for base in model.classes[local].bases]
+        return None if any("Parallel" in base for base in bases) else local
+    definitions = model.functions.get(local, [])
+    if len(definitions) != 1 or not all(binding.node is definitions[0] for binding in bindings):
+        return None
+    returns = _returns(definitions[0])
+    if not returns:
+        return None
+    classes = set()
+    for statement in returns:
+        value, _, _ = resolve(model, statement.value, statement, peel=True)
+        if not isinstance(value, cst.Call):
+            return None
+        found = _constructed_class(model, value, depth - 1)
+        if found is None:
+            return None
+        classes.add(found)
+    return classes.pop() if len(classes) == 1 else ""
+
+
+def _is_class_name(name: str) -> bool:
+    return name[:1].isupper() and any(ch.islower() for ch in name)
+
+
+def _returns(function: cst.FunctionDef) -> list[cst.Return]:
+    """The function's own return statements (not those of nested functions or classes)."""
+    found: list[cst.Return] = []
+
+    class Collector(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+    function.visit(Collector())
+    return found if all(statement.value is not None for statement in found) else []
+
+
+# ------------------------------------------------------------------------ state dicts
+def wrapper_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[WrapperStateDict]:
+    """`expr` is (or holds) `wrapper.state_dict()`."""
+    value, value_at, _ = resolve(model, expr, at)
+    if not isinstance(value, cst.Call):
+        return None
+    method = method_call(value)
+    if method is None or method[1] != "state_dict":
+        return None
+    held = wrapper_held(model, method[0], value_at)
+    if held is None:
+        return None
+    return WrapperStateDict(value, method[0], held[0], held[1])
+
+
+def literal_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
+    """The normalised path a literal, a name bound to one, or `os.path.join` of literals spells."""
+    value, value_at, _ = resolve(model, expr, at)
+    if isinstance(value, (cst.SimpleString, cst.ConcatenatedString)):
+        try:
+            text = literal_value(value)
+        except ValueError:
+            return None
+        return posixpath.normpath(text) if isinstance(text, str) and text else None
+    if isinstance(value, cst.Call) and model.qualified_name(value.func) in PATH_JOINS and value.args:
+        parts = []
+        for arg in value.args:
+            if arg.star or arg.keyword is not None:
+                return None
+            part = literal_path(model, arg.value, value_at)
+            if part is None:
+                return None
+            parts.append(part)
+        return posixpath.normpath(posixpath.join(*parts))
+    return None
+
+
+def literal_key(expr: cst.BaseExpression) -> Optional[str]:
+    """"model" for the subscript `x["model"]`; None for anything but one literal string key."""
+    if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
+        return None
+    index = expr.slice[0].slice
+    if not isinstance(index, cst.Index):
+        return None
+    try:
+        key = literal_value(index.value)
+    except ValueError:
+        return None
+    return key if isinstance(key, str) else None
+
+
+def holds_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> bool:
+    """`expr` holds a state dict or checkpoint: `x.state_dict()`, `torch.load(...)`,
+    `load_state_dict_from_url(...)`, or a literal-key item of one (`torch.load(p)["model"]`)."""
+    for _ in range(MAX_DEPTH):
+        while expr is not None and literal_key(expr) is not None:
+            expr = expr.value
+        value, at, _ = resolve(model, expr, at)
+        if value is None or value is expr:
+            break
+        expr = value
+    if not isinstance(expr, cst.Call):
+        return False
+    method = method_call(expr)
+    if method is not None and method[1] == "state_dict":
+        return True
+    return model.qualified_name(expr.func) in STATE_DICT_DOWNLOADS | {TORCH_LOAD}
+
+
+def _wrapper_saves(model: SemanticModel):
+    for site in model.calls:
+        if site.qualified_name != TORCH_SAVE:
+            continue
+        call = site.node
+        path = literal_path(model, argument(call, 1, "f"), call)
+        yield from _saved_entries(model, call, path, argument(call, 0, "obj"), call, (), False, MAX_DEPTH)
+
+
+def _saved_entries(model, save, path, expr, at, keys, via_name, depth):
+    if expr is None or depth <= 0:
+        return
+    found = wrapper_state_dict(model, expr, at)
+    if found is not None:
+        reached_by_name = via_name or found.call is not expr
+        yield SavedWrapperStateDict(save, path, keys, found, reached_by_name)
+        return
+    value, value_at, chain = resolve(model, expr, at)
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if not isinstance(element, cst.DictElement):
+                continue
+            try:
+                key = literal_value(element.key)
+            except ValueError:
+                continue
+            if isinstance(key, str):
+                yield from _saved_entries(
+                    model, save, path, element.value, value_at, keys + (key,), via_name or bool(chain), depth - 1
+                )
+
+
+def _loaded_checkpoint(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode):
+    """(LoadedCheckpoint or None, whether consume_prefix ran on the object on the way)."""
+    keys: list[str] = []
+    consumed = _consumed_objects(model)
+    position = model.order(at)
+    for _ in range(MAX_DEPTH):
+        if expr is None:
+            return None, False
+        key = literal_key(expr)
+        if key is not None:
+            keys.insert(0, key)
+            expr = expr.value
+            continue
+        name = model.binding_key(expr, at)
+        if name is None:
+            break
+        binding = model.binding_at(name, at)
+        if binding is None or binding.value is None:
+            return None, False
+        if any(b is binding and k == tuple(keys) and order < position for b, k, order in consumed):
+            return None, True
+        expr, at = binding.value, binding.node
+    if isinstance(expr, cst.Call) and model.qualified_name(expr.func) == TORCH_LOAD:
+        return LoadedCheckpoint(expr, literal_path(model, argument(expr, 0, "f"), expr), tuple(keys)), False
+    return None, False
+
+
+def _consumed_objects(model: SemanticModel) -> list[tuple[Binding, tuple[str, ...], int]]:
+    """The objects `consume_prefix_in_state_dict_if_present(x, "module.")` strips: (binding of
+    the root name, literal keys below it, order of the call)."""
+    found = []
+    for site in model.calls:
+        if site.qualified_name != CONSUME_PREFIX:
+            continue
+        try:
+            prefix = literal_value(argument(site.node, 1, "prefix"))
+        except ValueError:
+            continue
+        if prefix not in ("module.", "module"):
+            continue
+        expr = argument(site.node, 0, "state_dict")
+        keys: list[str] = []
+        while expr is not None and literal_key(expr) is not None:
+            keys.insert(0, literal_key(expr))
+            expr = expr.value
+        name = model.binding_key(expr, site.node)
+        binding = model.binding_at(name, site.node) if name else None
+        if binding is not None:
+            found.append((binding, tuple(keys), site.order))
+    return found
+
+
+def _state_dict_loads(model: SemanticModel):
+    for site in model.calls:
+        method = method_call(site.node)
+        if method is None or method[1] != "load_state_dict":
+            continue
+        call, target = site.node, method[0]
+        state_dict = argument(call, 0, "state_dict")
+        try:
+            strict_false = literal_value(argument(call, 1, "strict")) is False
+        except ValueError:
+            strict_false = False
+        held = wrapper_held(model, target, call)
+        bare = None if held else bare_model_class(model, target, call)
+        loaded, consumed = _loaded_checkpoint(model, state_dict, call)
+        from_wrapper = None if consumed else _unconsumed_wrapper_state_dict(model, state_dict, call)
+        yield StateDictLoad(
+            call=call,
+            target=target,
+            target_is_wrapper=held[0] if held else None,
+            target_wrapper_bindings=held[1] if held else (),
+            bare_class=bare,
+            argument=state_dict,
+            strict_false=strict_false,
+            wrapper_state_dict=from_wrapper,
+            loaded=loaded,
+            prefix_consumed=consumed,
+        )
+
+
+def _unconsumed_wrapper_state_dict(model: SemanticModel, expr, at) -> Optional[WrapperStateDict]:
+    found = wrapper_state_dict(model, expr, at)
+    if found is None:
+        return None
+    consumed = _consumed_objects(model)
+    position = model.order(at)
+    _, _, chain = resolve(model, expr, at)
+    if any(b is binding and k == () and order < position for binding in chain for b, k, order in consumed):
+        return None
+    return found
+
+
+# ------------------------------------------------------------------------ fixes
+def name_is_free(model: SemanticModel, name: str) -> bool:
+    """No binding, import or read of `name` anywhere in the file (attribute names don't count)."""
+    if name in model.bindings or name in model.imports:
+        return False
+    for node, _, _ in model.references.get(name, ()):
+        parent = model.parent(node)
+        if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+            return False
+    return True
+
+
+def name_is_read(model: SemanticModel, target: cst.Name) -> bool:
+    """Whether the name an assignment target binds is used anywhere else in the file
+    (conservatively: any other occurrence of the name that is not an attribute name)."""
+    for node, _, _ in model.references.get(target.value, ()):
+        parent = model.parent(node)
+        if node is target or (isinstance(parent, cst.Attribute) and parent.attr is node):
+            continue
+        return True
+    return False
+
+
+def fresh_name(model: SemanticModel, base: str) -> str:
+    name, number = base, 1
+    while not name_is_free(model, name):
+        name, number = f"{base}_{number}", number + 1
+    return name
+
+
+def has_multiline_string(node: cst.CSTNode) -> bool:
+    """A string literal spanning lines: re-indenting the code around it would change its value."""
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_SimpleString(self, string: cst.SimpleString) -> None:
+            nonlocal found
+            found = found or "\n" in string.value or "\r" in string.value
+
+        def visit_FormattedString(self, string: cst.FormattedString) -> None:
+            nonlocal found
+            found = found or string.start.endswith(('"""', "'''"))
+
+    node.visit(Finder())
+    return found
+
+
+def wrapper_kind_name(wrapping: Wrapping) -> str:
+    return WRAPPER_NAMES.get(wrapping.kind, wrapping.kind)

@@ -1,0 +1,349 @@
+"""DPL013 hand-rolled-strip: `k[7:]`, `k.replace("module.", "")`, `k.lstrip("module.")` over
+a state dict's keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional, Union
+
+import libcst as cst
+
+from dplint.checkpoints import CONSUME_PREFIX, CONSUME_PREFIX_MODULE, CONSUME_PREFIX_NAME, holds_state_dict
+from dplint.fixes import ensure_import
+from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import SemanticModel, argument, literal_value, method_call
+
+PREFIX = "module."
+GUARD_PREFIXES = ("module", "module.")
+COMPREHENSIONS = (cst.DictComp, cst.ListComp, cst.SetComp, cst.GeneratorExp)
+USE_INSTEAD = 'use `consume_prefix_in_state_dict_if_present(state_dict, "module.")`'
+
+
+@dataclass
+class KeyLoop:
+    """A loop or comprehension over a mapping's keys: `for k, v in X.items()` / `for k in X`."""
+
+    node: Union[cst.For, cst.CompFor]
+    owner: cst.CSTNode  # the For statement or the comprehension
+    key: str
+    source: cst.BaseExpression  # X
+
+
+class HandRolledStrip(Rule):
+    """
+    ## What it does
+    Flags `module.` prefixes stripped from a state dict's keys by hand, in a loop or a
+    comprehension over its items: `k.lstrip("module.")` (error), `k[7:]` without a
+    `k.startswith("module.")` guard (warning), `k.replace("module.", "")` (warning), and a
+    guarded `k[7:]` (info). Other prefixes (such as `_orig_mod.` from `torch.compile`) are not
+    flagged.
+
+    ## Why is this bad?
+    `str.lstrip` strips a set of characters, not a prefix: `"module.mlp.w".lstrip("module.")`
+    is `"p.w"`, so any key whose name continues with one of `m o d u l e .` is mangled and the
+    load fails or, with `strict=False`, silently skips it. `k[7:]` cuts seven characters from
+    every key, also from a checkpoint saved from the bare model (`"fc.weight"` becomes
+    `"ght"`). `replace` removes `module.` anywhere in a key, so a submodule named `module`
+    loses its name. `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd,
+    "module.")` strips the prefix only where it is present, in place, and renames the
+    `_metadata` entries that `load_state_dict` reads too; the DDP documentation recommends it.
+
+    ## Example
+    ```python
+    state_dict = torch.load("model.pt")
+    state_dict = {k[7:]: v for k, v in state_dict.items()}
+    ```
+
+    Use instead:
+    ```python
+    from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+    state_dict = torch.load("model.pt")
+    consume_prefix_in_state_dict_if_present(state_dict, "module.")
+    ```
+
+    ## Fix safety
+    The fix replaces a dict comprehension assigned to a name, `new = {k[7:]: v for k, v in
+    sd.items()}`, by `new = dict(sd)` and `consume_prefix_in_state_dict_if_present(new,
+    "module.")` (or by the call alone when the comprehension rebinds `sd` itself). It is unsafe:
+    keys without the prefix are kept instead of being cut, and a rebound `sd` is changed in
+    place, so other references to that dict see the new keys. Loops and other shapes get no fix.
+    """
+
+    code = "DPL013"
+    name = "hand-rolled-strip"
+    severity = Severity.ERROR
+    summary = "`module.` prefix stripped by hand (`lstrip`, `k[7:]`, `replace`) instead of consume_prefix_in_state_dict_if_present"
+    fix_applicability = Applicability.UNSAFE
+    tokens = ("module", "state_dict", "load(")
+
+    VALID = (
+        # torch.compile's prefix, handled on purpose.
+        "import torch\n"
+        'sd = torch.load("compiled.pt")\n'
+        'sd = {k.replace("_orig_mod.", ""): v for k, v in sd.items()}\n'
+        'sd = {(k[10:] if k.startswith("_orig_mod.") else k): v for k, v in sd.items()}\n',
+        # Another prefix of seven characters, guarded.
+        "import torch\n"
+        'sd = torch.load("m.pt")\n'
+        'sd = {k[7:] if k.startswith("encoder") else k: v for k, v in sd.items()}\n',
+        # Not a state dict: dplint can't tell what `names` holds.
+        "def short(names):\n"
+        "    return {k[7:]: v for k, v in names.items()}\n",
+        "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
+        "consume_prefix_in_state_dict_if_present(sd, 'module.')\n",
+    )
+    INVALID = (
+        Example(
+            "import torch\n"
+            "\n"
+            'state_dict = torch.load("model.pt", map_location="cpu")\n'
+            "state_dict = {k[7:]: v for k, v in state_dict.items()}  # drop DataParallel's prefix\n"
+            "model.load_state_dict(state_dict)\n",
+            expected=(
+                "import torch\n"
+                "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
+                "\n"
+                'state_dict = torch.load("model.pt", map_location="cpu")\n'
+                'consume_prefix_in_state_dict_if_present(state_dict, "module.")  # drop DataParallel\'s prefix\n'
+                "model.load_state_dict(state_dict)\n"
+            ),
+        ),
+        Example(
+            "import torch\n"
+            "\n"
+            "def load(model, path):\n"
+            '    checkpoint = torch.load(path)\n'
+            '    weights = {k.lstrip("module."): v for k, v in checkpoint["model"].items()}\n'
+            "    model.load_state_dict(weights)\n",
+            expected=(
+                "import torch\n"
+                "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
+                "\n"
+                "def load(model, path):\n"
+                '    checkpoint = torch.load(path)\n'
+                '    weights = dict(checkpoint["model"])\n'
+                '    consume_prefix_in_state_dict_if_present(weights, "module.")\n'
+                "    model.load_state_dict(weights)\n"
+            ),
+        ),
+        # The classic snippet: a loop, guarded or not. No fix for loops.
+        Example(
+            "from collections import OrderedDict\n"
+            "import torch\n"
+            'ckpt = torch.load("dp.pt")\n'
+            "clean = OrderedDict()\n"
+            'for k, v in ckpt["state_dict"].items():\n'
+            "    name = k[7:]  # remove `module.`\n"
+            "    clean[name] = v\n"
+            "for k in ckpt['state_dict']:\n"
+            "    if k.startswith('module.'):\n"
+            "        clean[k[7:]] = ckpt['state_dict'][k]\n",
+            count=2,
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        for node, key, kind in _candidates(model):
+            loop = _key_loop(model, node, key)
+            if loop is None:
+                continue
+            guards = _startswith_prefixes(loop.owner, key)
+            guarded = any(prefix in GUARD_PREFIXES for prefix in guards)
+            code = model.code(node)
+            if kind == "lstrip":
+                severity = Severity.ERROR
+                message = (
+                    f'`{code}` strips characters, not a prefix: `"module.mlp.w".lstrip("module.")` is `"p.w"`, '
+                    f"so keys are mangled; {USE_INSTEAD}"
+                )
+            elif kind == "slice":
+                if guards and not guarded:
+                    continue  # another prefix of the same length, stripped on purpose
+                if guarded:
+                    severity = Severity.INFO
+                    message = _guarded_message(code)
+                elif holds_state_dict(model, loop.source, loop.node):
+                    severity = Severity.WARNING
+                    message = (
+                        f"`{code}` cuts 7 characters from every key, also from keys without the `module.` prefix "
+                        f"(a checkpoint saved from the bare model), corrupting them; {USE_INSTEAD}, which strips it "
+                        "only where it is present"
+                    )
+                else:
+                    continue
+            else:
+                if guarded and _replaces_once(node):
+                    severity = Severity.INFO
+                    message = _guarded_message(code)
+                else:
+                    severity = Severity.WARNING
+                    message = (
+                        f"`{code}` removes `module.` anywhere in a key, not only the prefix (a submodule named "
+                        f"`module` loses its name too); {USE_INSTEAD}"
+                    )
+            yield Violation(node, message, _fix(model, node, loop), severity=severity)
+
+
+def _guarded_message(code: str) -> str:
+    return (
+        f"`{code}` strips the `module.` prefix by hand; `consume_prefix_in_state_dict_if_present(state_dict, "
+        '"module.")` does it in place, and also renames the `_metadata` entries that `load_state_dict` reads'
+    )
+
+
+def _candidates(model: SemanticModel) -> Iterator[tuple[cst.BaseExpression, str, str]]:
+    """(expression, key variable, kind) for `k.lstrip("module.")`, `k.replace("module.", "")`, `k[7:]`."""
+    for site in model.calls:
+        method = method_call(site.node)
+        if method is None or not isinstance(method[0], cst.Name) or method[1] not in ("lstrip", "replace"):
+            continue
+        try:
+            old = literal_value(argument(site.node, 0))
+            new = literal_value(argument(site.node, 1)) if method[1] == "replace" else ""
+        except ValueError:
+            continue
+        if isinstance(old, str) and old.startswith("module") and new == "":
+            yield site.node, method[0].value, method[1]
+    found: list[cst.Subscript] = []
+
+    class Slices(cst.CSTVisitor):
+        def visit_Subscript(self, node: cst.Subscript) -> None:
+            if isinstance(node.value, cst.Name) and len(node.slice) == 1 and _cuts_prefix(model, node.slice[0].slice):
+                found.append(node)
+
+    model.module.visit(Slices())
+    for node in found:
+        yield node, node.value.value, "slice"
+
+
+def _cuts_prefix(model: SemanticModel, part: cst.BaseSlice) -> bool:
+    """`[7:]` or `[len("module."):]`."""
+    if not isinstance(part, cst.Slice) or part.upper is not None or part.step is not None:
+        return False
+    lower = part.lower
+    if isinstance(lower, cst.Call) and isinstance(lower.func, cst.Name) and lower.func.value == "len" and len(lower.args) == 1:
+        try:
+            return literal_value(lower.args[0].value) == PREFIX
+        except ValueError:
+            return False
+    try:
+        return literal_value(lower) == len(PREFIX)
+    except ValueError:
+        return False
+
+
+def _key_loop(model: SemanticModel, node: cst.CSTNode, key: str) -> Optional[KeyLoop]:
+    """The comprehension or `for` loop around `node` that binds `key` to a mapping's keys."""
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, COMPREHENSIONS):
+            comp_for: Optional[cst.CompFor] = ancestor.for_in
+            while comp_for is not None:
+                source = _mapping_of_keys(comp_for.target, comp_for.iter, key)
+                if source is not None:
+                    return KeyLoop(comp_for, ancestor, key, source)
+                comp_for = comp_for.inner_for_in
+        elif isinstance(ancestor, cst.For):
+            source = _mapping_of_keys(ancestor.target, ancestor.iter, key)
+            if source is not None:
+                return KeyLoop(ancestor, ancestor, key, source)
+        elif isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return None
+    return None
+
+
+def _mapping_of_keys(target: cst.BaseExpression, iterable: cst.BaseExpression, key: str) -> Optional[cst.BaseExpression]:
+    """X for `k in X`, `k in X.keys()` and `k, v in X.items()`; None for anything else."""
+    method = method_call(iterable) if isinstance(iterable, cst.Call) and not iterable.args else None
+    if isinstance(target, cst.Name) and target.value == key:
+        if method is not None and method[1] == "keys":
+            return method[0]
+        return None if isinstance(iterable, cst.Call) else iterable
+    if (
+        isinstance(target, (cst.Tuple, cst.List))
+        and len(target.elements) == 2
+        and isinstance(target.elements[0].value, cst.Name)
+        and target.elements[0].value.value == key
+        and method is not None
+        and method[1] == "items"
+    ):
+        return method[0]
+    return None
+
+
+def _startswith_prefixes(owner: cst.CSTNode, key: str) -> list[str]:
+    """The literal prefixes `key.startswith(...)` tests anywhere in the loop or comprehension."""
+    prefixes: list[str] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            method = method_call(node)
+            if method and method[1] == "startswith" and isinstance(method[0], cst.Name) and method[0].value == key:
+                try:
+                    value = literal_value(argument(node, 0))
+                except ValueError:
+                    return
+                if isinstance(value, str):
+                    prefixes.append(value)
+
+    owner.visit(Finder())
+    return prefixes
+
+
+def _replaces_once(call: cst.Call) -> bool:
+    try:
+        return literal_value(argument(call, 2, "count")) == 1
+    except ValueError:
+        return False
+
+
+def _fix(model: SemanticModel, node: cst.CSTNode, loop: KeyLoop) -> Optional[Fix]:
+    """`new = {k[7:]: v for k, v in sd.items()}` -> `new = dict(sd)` + consume_prefix(new)."""
+    comp = loop.owner
+    if not isinstance(comp, cst.DictComp) or comp.for_in is not loop.node:
+        return None
+    comp_for = comp.for_in
+    if comp_for.ifs or comp_for.inner_for_in is not None or comp_for.asynchronous is not None:
+        return None
+    target = comp_for.target
+    if not (isinstance(target, cst.Tuple) and isinstance(comp.value, cst.Name)
+            and isinstance(target.elements[1].value, cst.Name) and comp.value.value == target.elements[1].value.value):
+        return None
+    if not _is_stripped_key(comp.key, node, loop.key):
+        return None
+    assign = model.parent(comp)
+    statement = model.parent(assign)
+    if not (
+        isinstance(assign, cst.Assign)
+        and assign.value is comp
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+    ):
+        return None
+    local, import_edit = ensure_import(model, CONSUME_PREFIX_MODULE, CONSUME_PREFIX_NAME, statement)
+    if import_edit is None and CONSUME_PREFIX not in model.imports.values():
+        return None
+    name = assign.targets[0].target.value
+    call = f'{local}({name}, "module.")'
+    source = loop.source
+    if isinstance(source, cst.Name) and source.value == name:
+        edits = [Edit(assign, call)]
+    else:
+        edits = [Edit(comp, f"dict({model.code(source)})"), Edit(statement, call, EditKind.INSERT_AFTER_STATEMENT)]
+    if import_edit is not None:
+        edits.append(import_edit)
+    return Fix(Applicability.UNSAFE, 'Use `consume_prefix_in_state_dict_if_present(..., "module.")`', tuple(edits))
+
+
+def _is_stripped_key(key_expr: cst.BaseExpression, node: cst.CSTNode, key: str) -> bool:
+    """The comprehension's key is the flagged expression, or `<it> if k.startswith(...) else k`."""
+    if key_expr is node:
+        return True
+    return (
+        isinstance(key_expr, cst.IfExp)
+        and key_expr.body is node
+        and isinstance(key_expr.orelse, cst.Name)
+        and key_expr.orelse.value == key
+    )

@@ -1,0 +1,287 @@
+"""DPL009 late-cuda-visible-devices: CUDA_VISIBLE_DEVICES set after torch, or after CUDA started."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from dplint.cuda import (
+    IMPORT,
+    INIT,
+    MAY_INIT,
+    CudaEvent,
+    CudaTimeline,
+    VisibleDevicesWrite,
+    certain_calls,
+    cuda_event,
+    is_torch_import,
+    visible_devices_writes,
+)
+from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import SemanticModel
+
+RANK = {IMPORT: 1, MAY_INIT: 2, INIT: 3}
+
+
+class LateCudaVisibleDevices(Rule):
+    """
+    ## What it does
+    Flags a write of `CUDA_VISIBLE_DEVICES` (`os.environ[...] = ...`, `os.environ.update`,
+    `os.environ.setdefault`, `os.putenv`) that runs after something touched torch:
+
+    - an error after a call that initialises CUDA: `torch.cuda.is_available()`,
+      `set_device`, `current_device`, `get_device_name/properties/capability`,
+      `synchronize`, `mem_get_info`, `is_bf16_supported`, any `.cuda()`, `.to("cuda")`,
+      a torch call with `device="cuda"`, the `nn.DataParallel(...)` constructor;
+    - a warning after `torch.cuda.device_count()`, or merely after `import torch`.
+
+    "After" is run order the file shows: its top level, the body of a function of the file
+    where that order calls it (`main()` under `if __name__ == "__main__":`), and each
+    function body from its start. A call in a branch or loop body that may not run does not
+    count. `torch.device("cuda:1")`, `torch.manual_seed` and `torch.cuda.manual_seed_all`
+    do not initialise CUDA and are not counted.
+
+    ## Why is this bad?
+    The CUDA driver reads `CUDA_VISIBLE_DEVICES` once, when CUDA initialises. After that
+    the new value is ignored without a message: the process keeps every GPU it saw, so
+    "use GPU 1" runs on GPU 0, next to another job.
+
+    `import torch` itself does not initialise CUDA (torch 2.13: `torch.cuda.is_initialized()`
+    stays False), so a write after it still works, but only while nothing that runs first
+    (another import, a helper) touches CUDA. `torch.cuda.device_count()` counts through NVML
+    without initialising CUDA where NVML works, and initialises it where it doesn't.
+
+    ## Example
+    ```python
+    import os
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    os.environ["CUDA_VISIBLE_DEVICES"] = "1"  # ignored: is_available() initialised CUDA
+    ```
+
+    Use instead:
+    ```python
+    import os
+    os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ```
+
+    ## Fix safety
+    The fix moves the statement (with an `import os` when `os` is imported only later) to
+    just above the file's first `import torch`. It is safe, and offered only when the
+    statement is at the module's top level and moving it changes nothing else: its value is
+    a literal or uses only names already bound above that import, it calls nothing, and no
+    code between the two places reads the environment. A write inside a function or under
+    `if __name__ == "__main__":` is not moved: that would run it on import too.
+    """
+
+    code = "DPL009"
+    name = "late-cuda-visible-devices"
+    severity = Severity.ERROR
+    summary = "CUDA_VISIBLE_DEVICES set after CUDA was initialised (ignored) or after `import torch`"
+    fix_applicability = Applicability.SAFE
+    tokens = ("CUDA_VISIBLE_DEVICES",)
+
+    VALID = (
+        # Set before torch is imported.
+        "import os\n"
+        "os.environ['CUDA_VISIBLE_DEVICES'] = '0,1'\n"
+        "import torch\n"
+        "print(torch.cuda.device_count())\n",
+        # A child process's environment, not this process's.
+        "import os, subprocess\n"
+        "import torch\n"
+        "if torch.cuda.is_available():\n"
+        "    env = dict(os.environ, CUDA_VISIBLE_DEVICES='1')\n"
+        "    subprocess.run(['python', 'train.py'], env=env)\n",
+        # Only read.
+        "import os\n"
+        "import torch\n"
+        "torch.cuda.set_device(0)\n"
+        "print(os.environ.get('CUDA_VISIBLE_DEVICES'))\n",
+    )
+    INVALID = (
+        Example(
+            "import os\n"
+            "import torch\n"
+            "\n"
+            "os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0,1\"  # the two free GPUs\n"
+            "model = torch.nn.Linear(4, 4)\n",
+            expected=(
+                "import os\n"
+                "os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0,1\"  # the two free GPUs\n"
+                "import torch\n"
+                "\n"
+                "model = torch.nn.Linear(4, 4)\n"
+            ),
+        ),
+        Example(
+            "import torch\n"
+            "import os\n"
+            "GPUS = '1'\n"
+            "print(torch.cuda.is_available())\n"
+            "os.environ.setdefault('CUDA_VISIBLE_DEVICES', '1')\n",
+            expected=(
+                "import os\n"
+                "os.environ.setdefault('CUDA_VISIBLE_DEVICES', '1')\n"
+                "import torch\n"
+                "import os\n"
+                "GPUS = '1'\n"
+                "print(torch.cuda.is_available())\n"
+            ),
+        ),
+        # Inside main(), after CUDA initialised at module level: flagged, not moved.
+        Example(
+            "import os\n"
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "net = nn.DataParallel(nn.Linear(2, 2))\n"
+            "def main(gpus):\n"
+            "    os.environ.update({'CUDA_VISIBLE_DEVICES': gpus})\n"
+            "if __name__ == '__main__':\n"
+            "    main('0')\n",
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        writes = visible_devices_writes(model)
+        if not writes:
+            return
+        timeline = CudaTimeline(model)
+        for write in writes:
+            event = self._latest_fact(model, timeline, write)
+            if event is None:
+                continue
+            line = model.position(event.node)[0].line
+            if event.kind == INIT:
+                message = (
+                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} (line {line}) initialised CUDA: "
+                    "the CUDA driver reads it once, at initialisation, so this value is ignored and the "
+                    "process keeps the GPUs it saw; set it before `import torch`"
+                )
+            elif event.kind == MAY_INIT:
+                message = (
+                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} (line {line}), which "
+                    "initialises CUDA where NVML is unavailable, and then this value is ignored; "
+                    "set it before `import torch`"
+                )
+            else:
+                message = (
+                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} (line {line}): importing torch "
+                    "does not initialise CUDA, so this works only while nothing that runs first touches "
+                    "CUDA; set it before `import torch`"
+                )
+            yield Violation(
+                node=write.node,
+                message=message,
+                fix=self._fix(model, write),
+                severity=Severity.ERROR if event.kind == INIT else Severity.WARNING,
+            )
+
+    @staticmethod
+    def _latest_fact(model: SemanticModel, timeline: CudaTimeline, write: VisibleDevicesWrite) -> Optional[CudaEvent]:
+        """The most serious thing certainly done before the write, in any run order reaching it."""
+        inputs = tuple(
+            event
+            for expr in write.inputs
+            for call in certain_calls(expr)
+            if (event := cuda_event(model, call)) is not None
+        )
+        found = None
+        for state in timeline.states(model.statement_of(write.node)):
+            for event in state + inputs:
+                if found is None or RANK[event.kind] > RANK[found.kind]:
+                    found = event
+        return found
+
+    @staticmethod
+    def _fix(model: SemanticModel, write: VisibleDevicesWrite) -> Optional[Fix]:
+        statement = model.statement_of(write.node)
+        body = list(model.module.body)
+        if statement not in body or len(statement.body) != 1:
+            return None  # inside a block or a function: moving it would change when it runs
+        first_import = next((s for s in body if _imports_torch(s)), None)
+        if first_import is None or body.index(first_import) > body.index(statement):
+            return None
+        if not isinstance(first_import, cst.SimpleStatementLine):
+            return None
+        between = body[body.index(first_import) : body.index(statement)]
+        if any(_may_read_environment(model, s) for s in between):
+            return None
+        if not _movable(model, write, first_import, statement):
+            return None
+        # The comment lines right above the statement describe it: they move with it. Blank
+        # lines above it go too when blank lines follow it, so no gap doubles up.
+        leading = list(statement.leading_lines)
+        comments = []
+        while leading and leading[-1].comment is not None:
+            comments.insert(0, leading.pop())
+        after = body[body.index(statement) + 1] if statement is not body[-1] else None
+        blank_after = after is None or bool(after.leading_lines and after.leading_lines[0].comment is None)
+        removed = comments + (leading if blank_after and all(line.comment is None for line in leading) else [])
+        lines = [line.comment.value for line in comments]
+        lines.append(model.code(statement.with_changes(leading_lines=())).rstrip("\r\n"))
+        root_binding = model.binding_at(write.root.value, statement)
+        if model.binding_at(write.root.value, first_import) is not root_binding:
+            if write.root.value != "os" or model.imports.get("os") != "os":
+                return None
+            lines.insert(0, "import os")
+        return Fix(
+            Applicability.SAFE,
+            "Move it above the first `import torch`",
+            (
+                Edit(first_import, "\n".join(lines), EditKind.INSERT_BEFORE_STATEMENT),
+                *(Edit(line, "", EditKind.REPLACE) for line in removed),
+                Edit(statement, "", EditKind.DELETE_STATEMENT),
+            ),
+        )
+
+
+def _imports_torch(statement: cst.CSTNode) -> bool:
+    """A top-level statement that imports torch (in any block that is not a def or class)."""
+    stack = [statement]
+    while stack:
+        current = stack.pop()
+        if is_torch_import(current):
+            return True
+        if not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.BaseExpression)):
+            stack.extend(current.children)
+    return False
+
+
+def _may_read_environment(model: SemanticModel, statement: cst.CSTNode) -> bool:
+    """Whether running the statement may read or write the environment. A `def` runs nothing;
+    anything else that names the environment or the variable counts (deliberately coarse)."""
+    if isinstance(statement, cst.FunctionDef):
+        return False
+    text = model.code(statement)
+    return any(word in text for word in ("environ", "getenv", "putenv", "CUDA_VISIBLE_DEVICES"))
+
+
+def _movable(model: SemanticModel, write: VisibleDevicesWrite, destination: cst.CSTNode, statement: cst.CSTNode) -> bool:
+    """The write's key and value mean the same above `destination`: no calls, and every name
+    they read is bound there to what it is bound to at the write."""
+    for expr in write.inputs:
+        stack = [expr]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, (cst.Call, cst.Lambda, cst.Await, cst.Yield, cst.NamedExpr)):
+                return False
+            if isinstance(current, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+                return False
+            if isinstance(current, cst.Name):
+                if current.value in ("True", "False", "None"):
+                    continue
+                binding = model.binding_at(current.value, statement)
+                if binding is None or model.binding_at(current.value, destination) is not binding:
+                    return False
+                continue
+            if isinstance(current, cst.Attribute):
+                stack.append(current.value)  # `config.GPUS`: only the name matters
+                continue
+            stack.extend(current.children)
+    return True

@@ -1,0 +1,171 @@
+"""DPL003 loss-on-cpu: the back-propagated loss is computed from tensors copied to the host."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import SemanticModel
+from dplint.training import host_moves, loss_calls
+
+
+class LossOnCpu(Rule):
+    """
+    ## What it does
+    Flags `.cpu()`, `.to("cpu")`, `.to(torch.device("cpu"))` or `.to(device)` with `device`
+    always a CPU device, applied to an argument of a loss call whose result is
+    back-propagated in the same function: `loss = criterion(out.cpu(), y.cpu())` then
+    `loss.backward()`. A loss call is a call to a `torch.nn.*Loss` (or other `*Loss` class)
+    instance, a `torch.nn.functional` loss such as `F.cross_entropy`, or a call named like a
+    loss (`compute_loss(...)`, `self.criterion(...)`) whose result is itself back-propagated.
+
+    ## Why is this bad?
+    The results are the same: the loss value and the gradients are identical, because
+    autograd flows back through the copy (`ToCopyBackward0`). The cost is on every step: on
+    a GPU each `.cpu()` is a blocking device-to-host copy that synchronises the stream
+    (`Tensor.cpu()` has no `non_blocking`), the loss then runs on the CPU, and backward adds
+    a host-to-device copy of the gradient. Metrics computed on host copies *after*
+    `backward()` cost nothing extra per step and are not flagged.
+
+    ## Example
+    ```python
+    loss = criterion(outputs.cpu(), labels.cpu())
+    loss.backward()
+    ```
+
+    Use instead:
+    ```python
+    loss = criterion(outputs, labels)
+    loss.backward()
+    accuracy = (outputs.argmax(1) == labels).float().mean().item()  # metrics after backward
+    ```
+
+    ## Fix safety
+    The fix removes the `.cpu()` / `.to("cpu")` inside the loss call. It is unsafe: some
+    losses were CPU-only (CTC in older torch, some MPS workarounds) and a custom loss may
+    rely on CPU inputs, so the result may no longer run. A move with other arguments
+    (`.to("cpu", torch.float64)`) or with a comment inside is reported without a fix.
+    """
+
+    code = "DPL003"
+    name = "loss-on-cpu"
+    severity = Severity.WARNING
+    summary = "back-propagated loss computed on host copies: a blocking device-to-host copy every step"
+    fix_applicability = Applicability.UNSAFE
+    tokens = ("cpu",)
+
+    VALID = (
+        # Metrics on host copies after backward().
+        "import torch.nn as nn\n"
+        "criterion = nn.CrossEntropyLoss()\n"
+        "loss = criterion(out, y)\n"
+        "loss.backward()\n"
+        "val = criterion(out.detach().cpu(), y.cpu()).item()\n",
+        # `.cpu()` on the model's input, not on the loss's: not this rule's business.
+        "import torch.nn.functional as F\n"
+        "loss = F.cross_entropy(model(x.cpu()), y)\n"
+        "loss.backward()\n",
+        # A loss on host copies that is never back-propagated (validation).
+        "import torch\n"
+        "criterion = torch.nn.MSELoss()\n"
+        "with torch.no_grad():\n"
+        "    val_loss = criterion(pred.cpu(), target.cpu())\n",
+        # A call that is not a loss: the result is back-propagated, but `model` is no loss.
+        "loss = model(x.cpu(), y.cpu())\n"
+        "loss.backward()\n",
+        # `device` is not always the CPU.
+        "import torch\n"
+        "device = torch.device('cpu')\n"
+        "if torch.cuda.is_available():\n"
+        "    device = torch.device('cuda')\n"
+        "loss = torch.nn.functional.mse_loss(out.to(device), y.to(device))\n"
+        "loss.backward()\n",
+    )
+    INVALID = (
+        Example(
+            "import torch.nn as nn\n"
+            "criterion = nn.CrossEntropyLoss()\n"
+            "loss = criterion(outputs.cpu(), labels.cpu())\n"
+            "loss.backward()\n",
+            expected=(
+                "import torch.nn as nn\n"
+                "criterion = nn.CrossEntropyLoss()\n"
+                "loss = criterion(outputs, labels)\n"
+                "loss.backward()\n"
+            ),
+            count=2,
+        ),
+        Example(
+            "import torch\n"
+            "import torch.nn.functional as F\n"
+            "scaler.scale(F.mse_loss(pred.float().to(torch.device('cpu')), target.to('cpu')) / 4).backward()\n",
+            expected=(
+                "import torch\n"
+                "import torch.nn.functional as F\n"
+                "scaler.scale(F.mse_loss(pred.float(), target) / 4).backward()\n"
+            ),
+            count=2,
+        ),
+        # A CPU device held in a variable, in a script that uses CUDA.
+        Example(
+            "import torch\n"
+            "host = torch.device('cpu')\n"
+            "model.cuda()\n"
+            "loss = compute_loss(out.to(host), y)\n"
+            "accelerator.backward(loss)\n",
+            expected=(
+                "import torch\n"
+                "host = torch.device('cpu')\n"
+                "model.cuda()\n"
+                "loss = compute_loss(out, y)\n"
+                "accelerator.backward(loss)\n"
+            ),
+        ),
+        # Other arguments to `.to(...)`: reported, not fixed.
+        Example(
+            "import torch\n"
+            "loss = torch.nn.L1Loss()(out.to('cpu', torch.float64), y)\n"
+            "loss.backward()\n",
+            expected=None,
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        seen: set[cst.Call] = set()
+        for call in loss_calls(model):
+            callee = model.code(call.func)
+            for arg in call.args:
+                for move in host_moves(model, arg.value):
+                    if move in seen:
+                        continue
+                    seen.add(move)
+                    yield Violation(
+                        move,
+                        f"`{_move_text(model, move)}` copies a tensor to the host inside the loss `{callee}(...)`, "
+                        f"whose result is back-propagated: the loss and gradients are the same, but on a GPU every "
+                        f"step pays a blocking device-to-host copy here and a host-to-device copy of the gradient "
+                        f"in backward(); compute the loss on the device and copy only metrics, after backward()",
+                        _drop_move(model, move),
+                    )
+
+
+def _move_text(model: SemanticModel, move: cst.Call) -> str:
+    arguments = ", ".join(
+        (f"{arg.keyword.value}=" if arg.keyword is not None else "") + model.code(arg.value) for arg in move.args
+    )
+    return f".{move.func.attr.value}({arguments})"
+
+
+def _drop_move(model: SemanticModel, move: cst.Call) -> Optional[Fix]:
+    """`out.cpu()` -> `out`; None when more than the move would go."""
+    if move.func.attr.value == "cpu" and move.args:
+        return None
+    if move.func.attr.value == "to" and len(move.args) != 1:
+        return None
+    removed = move.with_changes(func=move.func.with_changes(value=cst.Name("_")))
+    if "#" in model.code(removed):
+        return None  # a comment inside `.cpu( ... )` would be lost
+    # The edit spans the call without its own parentheses, which therefore stay.
+    return Fix(Applicability.UNSAFE, f"Remove `{_move_text(model, move)}`", (Edit(move, move.func.value),))

@@ -1,0 +1,224 @@
+"""DPL008 missing-set-epoch: a shuffling DistributedSampler whose epoch never changes."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from dplint.data import (
+    SamplerFlow,
+    epoch_count_loop,
+    is_shuffling_distributed_sampler,
+    loops_around,
+    runs_backward,
+    trace_sampler,
+)
+from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import SemanticModel
+
+
+class MissingSetEpoch(Rule):
+    """
+    ## What it does
+    Flags a shuffling `DistributedSampler` whose loader is iterated by a training loop
+    (one that calls `.backward()`) inside an epoch loop, when nothing in the file ever calls
+    `set_epoch(...)` on it: not `sampler.set_epoch`, `loader.sampler.set_epoch` nor
+    `loader.batch_sampler.sampler.set_epoch`.
+
+    It stays silent when the sampler does not shuffle (`shuffle=False`), when the loader is
+    iterated once, and whenever the sampler or its loader is handed to code the file cannot
+    see into (a helper such as `train_one_epoch(loader)`, a trainer object, a return): that
+    code may call `set_epoch` itself, as Lightning and Accelerate do.
+
+    ## Why is this bad?
+    `DistributedSampler.__iter__` seeds its permutation with `seed + self.epoch`
+    (torch 2.13, `torch/utils/data/distributed.py` ~111), and only `set_epoch` changes
+    `self.epoch`. Without it, every epoch yields the same permutation on every rank: each
+    rank sees the same shard in the same order every epoch. Nothing warns about it; training
+    just generalises worse.
+
+    ## Example
+    ```python
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+    ```
+
+    Use instead:
+    ```python
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+    ```
+
+    ## Fix safety
+    The fix inserts `<sampler>.set_epoch(<epoch>)` as the first statement of the epoch loop,
+    with the body's indentation. It is safe: it changes only the order the sampler already
+    shuffles into. It is offered only when both names are unambiguous: the loop is
+    `for <name> in range(...)` (or `tqdm(range(...))`, `trange(...)`), there is one such epoch
+    loop, and a name bound before the loop reaches the sampler (`sampler`, or
+    `train_loader.sampler` when the sampler was created inline). `while` loops,
+    `for _ in ...` and `DistributedSampler(...) if distributed else None` get no fix.
+    """
+
+    code = "DPL008"
+    name = "missing-set-epoch"
+    severity = Severity.ERROR
+    summary = "shuffling DistributedSampler without set_epoch(): every epoch repeats one order"
+    fix_applicability = Applicability.SAFE
+    tokens = ("DistributedSampler",)
+
+    VALID = (
+        # set_epoch through the loader.
+        "import torch\n"
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "loader = DataLoader(ds, sampler=DistributedSampler(ds))\n"
+        "for epoch in range(10):\n"
+        "    loader.sampler.set_epoch(epoch)\n"
+        "    for x in loader:\n"
+        "        model(x).sum().backward()\n",
+        # shuffle=False: the epoch changes nothing.
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "sampler = DistributedSampler(ds, shuffle=False)\n"
+        "loader = DataLoader(ds, sampler=sampler)\n"
+        "for epoch in range(10):\n"
+        "    for x in loader:\n"
+        "        model(x).sum().backward()\n",
+        # The loader goes to a helper the rule does not follow: it may call set_epoch.
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "sampler = DistributedSampler(ds)\n"
+        "loader = DataLoader(ds, sampler=sampler)\n"
+        "for epoch in range(10):\n"
+        "    train_one_epoch(model, loader)\n",
+        # Evaluation only (no backward): the order does not matter.
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "loader = DataLoader(ds, sampler=DistributedSampler(ds))\n"
+        "for epoch in range(10):\n"
+        "    for x in loader:\n"
+        "        metric.update(model(x))\n",
+        # Iterated once: there is no second epoch.
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "loader = DataLoader(ds, sampler=DistributedSampler(ds))\n"
+        "for x in loader:\n"
+        "    model(x).sum().backward()\n",
+    )
+    INVALID = (
+        Example(
+            "import torch.utils.data as tud\n"
+            "sampler = tud.distributed.DistributedSampler(ds)\n"
+            "loader = tud.DataLoader(ds, batch_size=8, sampler=sampler)\n"
+            "for epoch in range(start_epoch, 90):\n"
+            "    model.train()\n"
+            "    for step, (x, y) in enumerate(loader):\n"
+            "        loss_fn(model(x), y).backward()\n",
+            expected=(
+                "import torch.utils.data as tud\n"
+                "sampler = tud.distributed.DistributedSampler(ds)\n"
+                "loader = tud.DataLoader(ds, batch_size=8, sampler=sampler)\n"
+                "for epoch in range(start_epoch, 90):\n"
+                "    sampler.set_epoch(epoch)\n"
+                "    model.train()\n"
+                "    for step, (x, y) in enumerate(loader):\n"
+                "        loss_fn(model(x), y).backward()\n"
+            ),
+        ),
+        Example(
+            "from tqdm import tqdm\n"
+            "from torch.utils.data import DataLoader, DistributedSampler\n"
+            "class Trainer:\n"
+            "    def __init__(self, ds):\n"
+            "        self.loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=True))\n"
+            "    def fit(self, epochs):\n"
+            "        for ep in tqdm(range(epochs)):\n"
+            "            for batch in self.loader:\n"
+            "                self.step(batch).backward()\n",
+            expected=(
+                "from tqdm import tqdm\n"
+                "from torch.utils.data import DataLoader, DistributedSampler\n"
+                "class Trainer:\n"
+                "    def __init__(self, ds):\n"
+                "        self.loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=True))\n"
+                "    def fit(self, epochs):\n"
+                "        for ep in tqdm(range(epochs)):\n"
+                "            self.loader.sampler.set_epoch(ep)\n"
+                "            for batch in self.loader:\n"
+                "                self.step(batch).backward()\n"
+            ),
+        ),
+        # No loop variable: flagged, no fix.
+        Example(
+            "from torch.utils.data import DataLoader, DistributedSampler\n"
+            "sampler = DistributedSampler(ds)\n"
+            "loader = DataLoader(ds, sampler=sampler)\n"
+            "epoch = 0\n"
+            "while epoch < 10:\n"
+            "    for x in loader:\n"
+            "        model(x).sum().backward()\n"
+            "    epoch += 1\n",
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        for site in model.calls:
+            sampler = site.node
+            if not is_shuffling_distributed_sampler(model, sampler):
+                continue
+            flow = trace_sampler(model, sampler)
+            if flow.escapes or flow.sets_epoch:
+                continue
+            epoch_loops = []
+            for loop in flow.iterations:
+                outer = loops_around(model, loop)
+                if outer and runs_backward(model, loop):
+                    epoch_loops.append(outer)
+            if not epoch_loops:
+                continue
+            line = model.position(epoch_loops[0][-1])[0].line
+            yield Violation(
+                node=sampler,
+                message=(
+                    "This DistributedSampler shuffles, but `set_epoch()` is never called on it: it "
+                    f"seeds its order with `seed + epoch`, so every epoch of the loop at line {line} "
+                    "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
+                    "start of each epoch"
+                ),
+                fix=self._fix(model, flow, epoch_loops),
+            )
+
+    @staticmethod
+    def _fix(model: SemanticModel, flow: SamplerFlow, epoch_loops: list[list[cst.CSTNode]]) -> Optional[Fix]:
+        loops = {loop for outer in epoch_loops for loop in outer}
+        if len(loops) != 1 or flow.maybe_none:
+            return None  # nested candidate loops, or several epoch loops: which one counts epochs?
+        (loop,) = loops
+        epoch = epoch_count_loop(model, loop)
+        if epoch is None or not isinstance(loop.body, cst.IndentedBlock) or not loop.body.body:
+            return None
+        first = loop.body.body[0]
+        sampler = _name_at(model, flow, first)
+        if sampler is None:
+            return None
+        return Fix(
+            Applicability.SAFE,
+            f"Call `{sampler}.set_epoch({epoch})` at the start of each epoch",
+            (Edit(first, f"{sampler}.set_epoch({epoch})", EditKind.INSERT_BEFORE_STATEMENT),),
+        )
+
+
+def _name_at(model: SemanticModel, flow: SamplerFlow, at: cst.CSTNode) -> Optional[str]:
+    """The shortest expression reaching the sampler at `at`: `sampler`, `loader.sampler`..."""
+    for binding, path in sorted(flow.holders, key=lambda holder: (len(holder[1]), holder[0].order)):
+        if model.binding_at(binding.key, at) is not binding:
+            continue
+        name = binding.key
+        if name.startswith("self."):
+            self_name = model.scope(at).self_name
+            if self_name is None:
+                continue
+            name = self_name + name[len("self"):]
+        return ".".join((name, *path))
+    return None

@@ -1,0 +1,157 @@
+"""DPL006 save-wrapped-state-dict: `torch.save(wrapper.state_dict(), ...)` writes `module.` keys."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from dplint.checkpoints import SavedWrapperStateDict, checkpoint_facts, is_conditional, wrapper_kind_name
+from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import SemanticModel
+
+
+class SaveWrappedStateDict(Rule):
+    """
+    ## What it does
+    Flags `torch.save` of a `nn.DataParallel` / `DistributedDataParallel` wrapper's
+    `state_dict()`, directly or inside a saved dict (`{"model": ddp.state_dict(), ...}`).
+
+    ## Why is this bad?
+    The wrapper keeps the model as its attribute `module`, so every key of its state dict
+    starts with `module.`. The checkpoint then loads only into the same kind of wrapper; an
+    evaluation or export script that builds the bare model gets (torch 2.13):
+
+        RuntimeError: Error(s) in loading state_dict for Net:
+            Missing key(s) in state_dict: "fc.weight", ...
+            Unexpected key(s) in state_dict: "module.fc.weight", ...
+
+    or, with `strict=False`, silently loads nothing. `wrapper.module.state_dict()` has the
+    model's own keys: it loads into the bare model, and into a wrapper through
+    `wrapper.module.load_state_dict(...)`.
+
+    ## Example
+    ```python
+    model = DDP(Net().to(rank), device_ids=[rank])
+    ...
+    torch.save({"model": model.state_dict(), "epoch": epoch}, "last.pt")
+    ```
+
+    Use instead:
+    ```python
+    torch.save({"model": model.module.state_dict(), "epoch": epoch}, "last.pt")
+    ```
+
+    ## Fix safety
+    The fix saves `wrapper.module.state_dict()`. When this file loads the same checkpoint path
+    back into the wrapper, the same fix changes that load to `wrapper.module.load_state_dict`,
+    and then it is safe. Otherwise it is unsafe: code elsewhere may load the checkpoint into a
+    wrapper and would then need `.module` too. No fix is offered when the model is wrapped only
+    on some paths (`if world_size > 1: model = DDP(model)`): `.module` would not exist on the
+    others.
+    """
+
+    code = "DPL006"
+    name = "save-wrapped-state-dict"
+    severity = Severity.WARNING
+    summary = "`torch.save(wrapper.state_dict())`: the checkpoint's keys carry `module.`"
+    fix_applicability = Applicability.SAFE
+    tokens = ("state_dict",)
+
+    VALID = (
+        "import torch\nimport torch.nn as nn\n"
+        "model = nn.DataParallel(nn.Linear(2, 2))\n"
+        'torch.save(model.module.state_dict(), "m.pt")\n',
+        # A bare model, and an optimizer: no prefix.
+        "import torch\nimport torch.nn as nn\n"
+        "net = nn.Linear(2, 2)\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        'torch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, "m.pt")\n',
+        # Wrapped or not, dplint can't tell: say nothing.
+        "import torch\nimport torch.nn as nn\n"
+        "def save(model):\n"
+        '    torch.save(model.state_dict(), "m.pt")\n',
+    )
+    INVALID = (
+        Example(
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "model_dp = nn.DataParallel(nn.Linear(2, 2))\n"
+            'torch.save(model_dp.state_dict(), "m.pt")  # weights\n',
+            expected=(
+                "import torch\n"
+                "import torch.nn as nn\n"
+                "model_dp = nn.DataParallel(nn.Linear(2, 2))\n"
+                'torch.save(model_dp.module.state_dict(), "m.pt")  # weights\n'
+            ),
+        ),
+        # Saved and loaded back into the wrapper: both sides change together.
+        Example(
+            "import os\n"
+            "import torch\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            'CKPT = os.path.join("runs", "last.pt")\n'
+            "model = DDP(Net())\n"
+            "if resume:\n"
+            '    model.load_state_dict(torch.load(CKPT)["model"])\n'
+            "torch.save(\n"
+            '    {"model": model.state_dict(), "epoch": 3},\n'
+            '    "runs/last.pt",\n'
+            ")\n",
+            expected=(
+                "import os\n"
+                "import torch\n"
+                "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                'CKPT = os.path.join("runs", "last.pt")\n'
+                "model = DDP(Net())\n"
+                "if resume:\n"
+                '    model.module.load_state_dict(torch.load(CKPT)["model"])\n'
+                "torch.save(\n"
+                '    {"model": model.module.state_dict(), "epoch": 3},\n'
+                '    "runs/last.pt",\n'
+                ")\n"
+            ),
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        reported = set()
+        for save in checkpoint_facts(model).saves:
+            state_dict = save.state_dict
+            if state_dict.call in reported:
+                continue
+            reported.add(state_dict.call)
+            receiver = model.code(state_dict.receiver)
+            kind = wrapper_kind_name(state_dict.wrapping)
+            conditional = is_conditional(model, state_dict.bindings, state_dict.call)
+            message = (
+                f"`torch.save` writes `{receiver}.state_dict()` of a {kind}: every key starts with `module.`, so the "
+                'checkpoint does not load into a bare model (`Unexpected key(s) in state_dict: "module.…`)'
+            )
+            if conditional:
+                message += (
+                    "; the model is wrapped only on some paths, so the keys depend on how the script ran: save "
+                    f"the unwrapped model's `state_dict()` (`{receiver}.module` when wrapped)"
+                )
+            else:
+                message += f"; save `{receiver}.module.state_dict()`"
+            yield Violation(state_dict.call, message, None if conditional else self._fix(model, save, receiver))
+
+    @staticmethod
+    def _fix(model: SemanticModel, save: SavedWrapperStateDict, receiver: str) -> Optional[Fix]:
+        edits = [Edit(save.state_dict.receiver, f"{receiver}.module")]
+        loads_into_wrapper = 0
+        safe = save.path is not None and not save.via_name
+        for load in checkpoint_facts(model).loads:
+            loaded = load.loaded
+            if loaded is None or loaded.path is None or (loaded.path, loaded.keys) != (save.path, save.keys):
+                continue
+            if load.target_is_wrapper is not None and not is_conditional(model, load.target_wrapper_bindings, load.call):
+                edits.append(Edit(load.target, f"{model.code(load.target)}.module"))
+                loads_into_wrapper += 1
+            elif not load.target_is_bare:  # loaded into something unknown: it may need the prefix
+                safe = False
+        safe = safe and loads_into_wrapper > 0
+        return Fix(
+            Applicability.SAFE if safe else Applicability.UNSAFE,
+            f"Save `{receiver}.module.state_dict()`" + (" and load it back through `.module`" if loads_into_wrapper else ""),
+            tuple(edits),
+        )

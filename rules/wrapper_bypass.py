@@ -1,0 +1,189 @@
+"""DPL002 wrapper-bypass: the training forward goes through the inner model, not the wrapper."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import CallSite, SemanticModel, Wrapping
+from dplint.training import feeds_backward, inner_model_use, wrapper_reference
+
+
+class WrapperBypass(Rule):
+    """
+    ## What it does
+    Flags a training forward through the model inside a wrapper: `model(x)` after
+    `ddp_model = DistributedDataParallel(model)`, or `ddp_model.module(x)`, when the result
+    feeds a tensor that the same function back-propagates (`loss.backward()`,
+    `scaler.scale(loss).backward()`, `accelerator.backward(loss)`), outside
+    `torch.no_grad()` / `torch.inference_mode()`.
+
+    ## Why is this bad?
+    The wrapper does its work in its own forward. Under `DistributedDataParallel` the
+    forward prepares the reducer that all-reduces gradients during backward; a forward
+    through the inner module skips it, so each rank keeps its own gradients and the replicas
+    silently drift apart (checked on torch 2.13 with gloo: after `model(x)`, rank 0 and
+    rank 1 kept gradients 1.0 and 2.0; after `ddp_model(x)`, both had the mean 1.5). No error
+    or warning is raised. Under `nn.DataParallel` the batch is not scattered: the step runs
+    on one GPU only.
+
+    Evaluation through the inner model under `torch.no_grad()` is fine and not flagged; so
+    is a function that also back-propagates a forward through the wrapper (such as skipping
+    the all-reduce on gradient-accumulation steps on purpose).
+
+    ## Example
+    ```python
+    ddp_model = DDP(model, device_ids=[rank])
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+    ```
+
+    Use instead:
+    ```python
+    ddp_model = DDP(model, device_ids=[rank])
+    for x, y in loader:
+        loss = criterion(ddp_model(x), y)
+        loss.backward()
+    ```
+
+    ## Fix safety
+    The fix calls the wrapper instead; it is unsafe because it changes what runs: the
+    gradients become averaged across ranks (or the batch is split across GPUs), and a
+    model that returns non-tensor outputs may not survive the wrapper's scatter/gather. The
+    fix is offered only when the wrapper name is certainly bound at the call.
+    """
+
+    code = "DPL002"
+    name = "wrapper-bypass"
+    severity = Severity.ERROR
+    summary = "training forward through the inner model skips the DDP all-reduce (or DataParallel's scatter)"
+    fix_applicability = Applicability.UNSAFE
+    tokens = ("DataParallel",)
+
+    VALID = (
+        # Rebinding: `model` is the wrapper.
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "model = DDP(model)\n"
+        "loss = criterion(model(x), y)\n"
+        "loss.backward()\n",
+        # Evaluation through the inner model, under no_grad.
+        "import torch\n"
+        "model_dp = torch.nn.DataParallel(model)\n"
+        "with torch.no_grad():\n"
+        "    loss = criterion(model(x), y)\n",
+        # The inner model's output is not back-propagated (a logged sample).
+        "import torch\n"
+        "ddp = torch.nn.parallel.DistributedDataParallel(model)\n"
+        "loss = criterion(ddp(x), y)\n"
+        "loss.backward()\n"
+        "sample = model(x_fixed)\n",
+        # The same function also back-propagates through the wrapper (accumulation steps).
+        "import torch\n"
+        "ddp = torch.nn.parallel.DistributedDataParallel(model)\n"
+        "out = ddp.module(x) if accumulating else ddp(x)\n"
+        "criterion(out, y).backward()\n",
+    )
+    INVALID = (
+        Example(
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "ddp_model = DDP(model, device_ids=[rank])\n"
+            "for x, y in loader:\n"
+            "    loss = criterion(model(x), y)\n"
+            "    loss.backward()\n",
+            expected=(
+                "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                "ddp_model = DDP(model, device_ids=[rank])\n"
+                "for x, y in loader:\n"
+                "    loss = criterion(ddp_model(x), y)\n"
+                "    loss.backward()\n"
+            ),
+        ),
+        Example(
+            "import torch.nn as nn\n"
+            "model = nn.DataParallel(model)\n"
+            "for x, y in loader:\n"
+            "    scaler.scale(nn.functional.mse_loss(model.module(x), y)).backward()\n",
+            expected=(
+                "import torch.nn as nn\n"
+                "model = nn.DataParallel(model)\n"
+                "for x, y in loader:\n"
+                "    scaler.scale(nn.functional.mse_loss(model(x), y)).backward()\n"
+            ),
+        ),
+        # A trainer class: `self.net` is wrapped into `self.ddp` in __init__.
+        Example(
+            "from torch.nn.parallel import DistributedDataParallel\n"
+            "class Trainer:\n"
+            "    def __init__(self, net, rank):\n"
+            "        self.net = net.to(rank)\n"
+            "        self.ddp = DistributedDataParallel(self.net, device_ids=[rank])\n"
+            "    def step(self, batch):\n"
+            "        logits, aux = self.net(batch['x'])\n"
+            "        loss = self.criterion(logits, batch['y']) + 0.1 * aux\n"
+            "        loss.backward()\n",
+            expected=(
+                "from torch.nn.parallel import DistributedDataParallel\n"
+                "class Trainer:\n"
+                "    def __init__(self, net, rank):\n"
+                "        self.net = net.to(rank)\n"
+                "        self.ddp = DistributedDataParallel(self.net, device_ids=[rank])\n"
+                "    def step(self, batch):\n"
+                "        logits, aux = self.ddp(batch['x'])\n"
+                "        loss = self.criterion(logits, batch['y']) + 0.1 * aux\n"
+                    "        loss.backward()\n"
+            ),
+        ),
+        # The wrapper exists on one branch only: flagged, but no fix (the name may be unbound).
+        Example(
+            "import torch\n"
+            "if distributed:\n"
+            "    ddp = torch.nn.parallel.DistributedDataParallel(model)\n"
+            "loss = criterion(model(x), y)\n"
+            "loss.backward()\n",
+            expected=None,
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        for site in model.calls:
+            if site.in_no_grad:
+                continue
+            use = inner_model_use(model, site.node.func, site.node)
+            if use is None or not feeds_backward(model, site.node):
+                continue
+            if _wrapper_forward_is_backpropagated(model, use.wrapping, site):
+                continue  # both paths in one function: a deliberate choice, not a slip
+            if use.wrapper is not None:
+                wrapper = model.code(use.wrapper)
+            else:
+                wrapper = wrapper_reference(model, use.wrapping, site.node)
+            shown = wrapper or use.wrapping.wrapper_key
+            callee = model.code(site.node.func)
+            if use.wrapping.kind == "DDP":
+                severity = Severity.ERROR
+                message = (
+                    f"`{callee}(...)` runs the model inside the DistributedDataParallel wrapper `{shown}` and its "
+                    f"result is back-propagated: DDP's gradient all-reduce does not run for it, so each rank keeps "
+                    f"its own gradients and the replicas silently drift apart; call `{shown}(...)`"
+                )
+            else:
+                severity = Severity.WARNING
+                message = (
+                    f"`{callee}(...)` runs the model inside the nn.DataParallel wrapper `{shown}` and its result is "
+                    f"back-propagated: the batch is not split across GPUs, this step runs on one GPU only; "
+                    f"call `{shown}(...)`"
+                )
+            fix = None
+            if wrapper is not None:
+                fix = Fix(Applicability.UNSAFE, f"Call the wrapper `{wrapper}`", (Edit(site.node.func, wrapper),))
+            yield Violation(site.node, message, fix, severity)
+
+
+def _wrapper_forward_is_backpropagated(model: SemanticModel, wrapping: Wrapping, inner: CallSite) -> bool:
+    for site in model.calls:
+        if site.scope is not inner.scope or site.in_no_grad or site is inner:
+            continue
+        if model.wrapping_bound_to(site.node.func, site.node) is wrapping and feeds_backward(model, site.node):
+            return True
+    return False

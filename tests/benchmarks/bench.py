@@ -1,0 +1,287 @@
+"""dplint against TorchFix and Fixit on the same corpora, cold and warm.
+
+    python tests/benchmarks/bench.py                 # everything (peers take minutes)
+    python tests/benchmarks/bench.py --no-peers      # dplint alone, in seconds
+    python tests/benchmarks/bench.py --corpora a,d --runs 3
+
+Corpora: (a) a dense ~1,000-line training script generated from fixtures/ (deterministic),
+(b) torch/nn + torch/utils/data and (c) the whole torch package, both copied from the
+installed torch (found without importing it) into the work folder, because a checkout's
+.gitignore hides a .venv from dplint's discovery, (d) fixtures/ itself.
+
+dplint runs as `dplint check --output-format json`; "cold" starts each run from an empty
+cache folder, "warm" reuses a filled one. TorchFix and Fixit have no cache: each runs in its
+own virtualenv (TorchFix pins an older LibCST), created under --work-dir on first use with
+pip, and only on (a), (b) and (d). Every cell is the median wall time of the runs. "same as
+unfiltered" compares dplint's findings with a run where every rule sees every file (no
+pre-filter, no cache), so a speed-up that loses findings shows.
+
+Not a test: pytest does not collect it (no test_ prefix) and nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures"
+DENSE_LINES = 1000
+PEER_CORPORA = {"a", "b", "d"}  # (c) is too slow for the peers (TorchFix ~1 s of CPU per file)
+
+# Runs dplint's CLI with the pre-filter switched off: every enabled rule sees every file.
+UNFILTERED = (
+    "import sys\n"
+    "import dplint.engine, dplint.runner\n"
+    "dplint.engine.could_match = lambda text, rule: True\n"
+    "dplint.runner.may_match = lambda text, codes: True\n"
+    "from dplint.cli import main\n"
+    "sys.argv[0] = 'dplint'\n"
+    "main()\n"
+)
+
+
+@dataclass
+class Corpus:
+    key: str
+    title: str
+    paths: list[Path]
+    files: int = 0
+    lines: int = 0
+
+
+@dataclass
+class Timing:
+    cold: list[float] = field(default_factory=list)
+    warm: list[float] = field(default_factory=list)
+    findings: int | None = None
+    note: str = ""
+
+
+# ------------------------------------------------------------------------------- corpora
+def dense_script(target: Path) -> Path:
+    """Concatenates the fixture scripts (sorted, each once, then again) until DENSE_LINES lines.
+
+    `from __future__` imports move to the top so that the result parses."""
+    parts, future = [], set()
+    for script in sorted(FIXTURES.rglob("*.py")):
+        text = script.read_text(encoding="utf-8")
+        try:
+            ast.parse(text)
+        except SyntaxError:
+            continue  # a fixture about unparsable input
+        body = []
+        for line in text.splitlines():
+            if line.startswith("from __future__ import"):
+                future.add(line)
+            else:
+                body.append(line)
+        parts.append(f"# --- {script.relative_to(FIXTURES)}\n" + "\n".join(body) + "\n\n\n")
+    chunks, lines = [], 0
+    while lines < DENSE_LINES:
+        chunk = parts[len(chunks) % len(parts)]
+        chunks.append(chunk)
+        lines += chunk.count("\n")
+    text = "".join(line + "\n" for line in sorted(future)) + "".join(chunks)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+def torch_folder() -> Path:
+    spec = importlib.util.find_spec("torch")  # finds the package without importing it
+    if spec is None or spec.origin is None:
+        sys.exit("bench: torch is not installed in this interpreter; run it with the project's .venv python")
+    return Path(spec.origin).parent
+
+
+def copy_python_files(source: Path, target: Path) -> None:
+    if target.exists():
+        return
+    for path in sorted(source.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        destination = target / path.relative_to(source)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, destination)
+
+
+def count(paths: list[Path]) -> tuple[int, int]:
+    files = [p for path in paths for p in ([path] if path.is_file() else sorted(path.rglob("*.py")))]
+    return len(files), sum(p.read_bytes().count(b"\n") for p in files)
+
+
+def build_corpora(work: Path, wanted: set[str]) -> list[Corpus]:
+    corpora = []
+    if "a" in wanted:
+        script = dense_script(work / "dense" / "dense_train.py")
+        corpora.append(Corpus("a", "dense training script", [script]))
+    if wanted & {"b", "c"}:
+        copy = work / "corpora" / torch_folder().name
+        copy_python_files(torch_folder(), copy)
+        if "b" in wanted:
+            corpora.append(Corpus("b", "torch/nn + torch/utils/data", [copy / "nn", copy / "utils" / "data"]))
+        if "c" in wanted:
+            corpora.append(Corpus("c", "whole torch package", [copy]))
+    if "d" in wanted:
+        corpora.append(Corpus("d", "fixtures", [FIXTURES]))
+    for corpus in corpora:
+        corpus.files, corpus.lines = count(corpus.paths)
+    return corpora
+
+
+# ------------------------------------------------------------------------------- peers
+def peer_venv(work: Path, package: str, executable: str) -> Path | None:
+    venv = work / f"{package}-venv"
+    program = venv / "bin" / executable
+    if program.exists():
+        return program
+    print(f"bench: creating {venv} and installing {package} (once)", file=sys.stderr)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", package], check=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"bench: cannot install {package}: {error}; skipping it", file=sys.stderr)
+        return None
+    return program
+
+
+def peer_version(python_bin: Path, package: str) -> str:
+    result = subprocess.run(
+        [str(python_bin.parent / "python"), "-c", f"import importlib.metadata as m; print(m.version({package!r}), m.version('libcst'))"],
+        capture_output=True, text=True,
+    )
+    version, _, libcst = result.stdout.strip().partition(" ")
+    return f"{package} {version} (libcst {libcst})"
+
+
+TORCHFIX_FINDING = re.compile(r"^.+:\d+:\d+: TOR\d+ ", re.M)
+FIXIT_FINDING = re.compile(r"^.+@\d+:\d+ \w+: ", re.M)
+
+
+# ------------------------------------------------------------------------------- running
+def timed(command: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    return time.perf_counter() - start, result
+
+
+def dplint_findings(result: subprocess.CompletedProcess) -> list[dict]:
+    if result.returncode not in (0, 1):
+        raise RuntimeError(f"dplint failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
+    return json.loads(result.stdout)
+
+
+def finding_keys(findings: list[dict]) -> list[tuple]:
+    return sorted((f["filename"], f["location"]["row"], f["location"]["column"], f["code"]) for f in findings)
+
+
+def bench_dplint(corpus: Corpus, args, work: Path) -> tuple[Timing, str]:
+    timing = Timing()
+    base = [args.python, "-m", "dplint", "check", "--output-format", "json", "--exit-zero"]
+    if args.jobs:
+        base += ["--jobs", str(args.jobs)]
+    paths = [str(p) for p in corpus.paths]
+    cache = work / f"cache-{corpus.key}"
+    keys = None
+    for _ in range(args.runs):
+        shutil.rmtree(cache, ignore_errors=True)
+        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], work)
+        timing.cold.append(seconds)
+        keys = finding_keys(dplint_findings(result))
+    for _ in range(args.runs):
+        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], work)
+        timing.warm.append(seconds)
+        if finding_keys(dplint_findings(result)) != keys:
+            timing.note = "warm findings DIFFER from cold"
+    timing.findings = len(keys)
+    same = "not checked"
+    if corpus.key != "c" or args.check_unfiltered_c:
+        command = [args.python, "-c", UNFILTERED, "check", "--output-format", "json", "--exit-zero", "--no-cache", *paths]
+        unfiltered = finding_keys(dplint_findings(timed(command, work)[1]))
+        same = "yes" if unfiltered == keys else f"NO ({len(unfiltered)} unfiltered vs {len(keys)})"
+    return timing, same
+
+
+def bench_peer(name: str, program: Path, corpus: Corpus, args, work: Path) -> Timing:
+    timing = Timing()
+    paths = [str(p) for p in corpus.paths]
+    command = [str(program), *paths] if name == "torchfix" else [str(program), "lint", *paths]
+    pattern = TORCHFIX_FINDING if name == "torchfix" else FIXIT_FINDING
+    for _ in range(args.peer_runs):
+        seconds, result = timed(command, work)
+        timing.cold.append(seconds)
+        timing.findings = len(pattern.findall(result.stdout + result.stderr))
+    return timing
+
+
+# ------------------------------------------------------------------------------- report
+def seconds(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpora", default="a,b,c,d", help="which corpora, of a,b,c,d (default: all)")
+    parser.add_argument("--runs", type=int, default=5, help="dplint runs per cell (default 5)")
+    parser.add_argument("--peer-runs", type=int, default=1, help="TorchFix/Fixit runs per cell (default 1: minutes each)")
+    parser.add_argument("--no-peers", action="store_true", help="time dplint alone")
+    parser.add_argument("--jobs", type=int, default=None, help="dplint --jobs (default: its own, the CPU count)")
+    parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "dplint-bench"),
+                        help="corpora copies, caches and the peers' virtualenvs (default: %(default)s)")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter dplint is installed in")
+    parser.add_argument("--check-unfiltered-c", action="store_true",
+                        help="also compare findings without the pre-filter on (c) (slow: parses all of torch)")
+    args = parser.parse_args()
+
+    work = Path(args.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    corpora = build_corpora(work, set(args.corpora.split(",")))
+    peers: dict[str, Path] = {}
+    if not args.no_peers and PEER_CORPORA & {c.key for c in corpora}:
+        for name, package, executable in (("torchfix", "torchfix", "torchfix"), ("fixit", "fixit", "fixit")):
+            program = peer_venv(work, package, executable)
+            if program is not None:
+                peers[name] = program
+
+    dplint_version = subprocess.run([args.python, "-m", "dplint", "--version"], capture_output=True, text=True).stdout.strip()
+    rules = subprocess.run([args.python, "-m", "dplint", "rules"], capture_output=True, text=True).stdout.count("\n")
+    print(f"# {dplint_version}, {rules} rules; {os.cpu_count()} CPUs; Python {sys.version.split()[0]}")
+    for name, program in peers.items():
+        print(f"# {peer_version(program, name)}")
+    print(f"# median wall seconds: dplint over {args.runs} runs, peers over {args.peer_runs}")
+    print()
+    print("| corpus | files | lines | tool | cold s | warm s | findings | dplint cold / tool | same as unfiltered |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---|")
+    for corpus in corpora:
+        ours, same = bench_dplint(corpus, args, work)
+        label = f"({corpus.key}) {corpus.title}"
+        if corpus.key == "a":
+            digest = hashlib.sha256(corpus.paths[0].read_bytes()).hexdigest()[:8]
+            label += f" [{digest}]"
+        print(f"| {label} | {corpus.files} | {corpus.lines} | dplint | {seconds(ours.cold)} | {seconds(ours.warm)} "
+              f"| {ours.findings} | 1 | {same}{'; ' + ours.note if ours.note else ''} |", flush=True)
+        if corpus.key not in PEER_CORPORA:
+            continue
+        for name, program in peers.items():
+            theirs = bench_peer(name, program, corpus, args, work)
+            ratio = statistics.median(ours.cold) / statistics.median(theirs.cold)
+            print(f"| | | | {name} | {seconds(theirs.cold)} | (no cache) | {theirs.findings} | {ratio:.3f} "
+                  f"({1 / ratio:.1f}x faster) | |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
