@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from dplint import __version__
 from dplint.config import Settings
-from dplint.rule import finding_from_dict, finding_to_dict
+from dplint.rule import Finding, finding_from_dict, finding_to_dict
 
 if TYPE_CHECKING:
     from dplint.runner import FileReport
@@ -53,12 +53,14 @@ class Cache:
         self.file = os.path.join(folder, f"results-{__version__}.json")
         self.run_key = run_key(settings)
         self.entries: dict[str, dict] = {}
+        self.project: Optional[dict] = None  # the project-wide findings of the last run
         self.changed = False
         try:
             with open(self.file, encoding="utf-8") as handle:
                 data = json.load(handle)
             if data.get("key") == self.run_key and isinstance(data.get("files"), dict):
                 self.entries = data["files"]
+                self.project = data.get("project")
         except (OSError, ValueError, AttributeError):
             pass  # no cache, or an unreadable one: start empty
 
@@ -85,6 +87,20 @@ class Cache:
         }
         self.changed = True
 
+    def get_project(self, facts_key: str) -> Optional[list[Finding]]:
+        """The project-wide findings last computed from these facts (every file's, hashed)."""
+        entry = self.project
+        if not isinstance(entry, dict) or entry.get("facts") != facts_key:
+            return None
+        try:
+            return [finding_from_dict(f) for f in entry["findings"]]
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put_project(self, facts_key: str, findings: list[Finding]) -> None:
+        self.project = {"facts": facts_key, "findings": [finding_to_dict(f) for f in findings]}
+        self.changed = True
+
     def save(self) -> None:
         if not self.changed:
             return
@@ -96,7 +112,7 @@ class Cache:
                 with open(ignore, "w", encoding="utf-8") as handle:
                     handle.write("*\n")
             with open(temp, "w", encoding="utf-8") as handle:
-                json.dump({"key": self.run_key, "files": self.entries}, handle)
+                json.dump({"key": self.run_key, "files": self.entries, "project": self.project}, handle)
             os.replace(temp, self.file)  # concurrent runs: the last complete file wins
         except OSError:
             try:

@@ -5,7 +5,9 @@ are bare, the `torch.save` / `torch.load` calls with their literal paths, and wh
 A wrapper's `state_dict()` (`nn.DataParallel` / `DistributedDataParallel`) prefixes every key
 with `module.`; the inner model's (`wrapper.module.state_dict()`) does not. Checkpoints are
 matched by their path: a literal string, a name bound to one, or `os.path.join` of literals,
-normalised (`os.path.join("ckpt", "m.pt")` and `"ckpt/m.pt"` are the same file). Inside a saved
+normalised (`os.path.join("ckpt", "m.pt")` and `"ckpt/m.pt"` are the same file); inside one
+file, also by the binding of the name that holds the path (`torch.save(..., path)` and
+`torch.load(path)` with the same `path = ...` live at both). Inside a saved
 dict, a state dict is addressed by its literal keys: `torch.save({"model": dp.state_dict()}, p)`
 saves it under `("model",)`, and `torch.load(p)["model"]` reads it back.
 
@@ -45,6 +47,22 @@ MAX_DEPTH = 8
 
 
 @dataclass(eq=False)
+class CheckpointPath:
+    """Where a checkpoint is written or read: a literal path, and/or the binding of the name
+    that holds the path (two uses of one binding name the same file even when its value is
+    not a literal, such as `path = os.path.join(args.out, "best.pt")`)."""
+
+    literal: Optional[str]  # normalised literal path
+    binding: Optional[Binding]
+    text: str  # for messages: the literal path quoted, or the path expression's code
+
+    def same_file(self, other: "CheckpointPath") -> bool:
+        if self.literal is not None and self.literal == other.literal:
+            return True
+        return self.binding is not None and self.binding is other.binding
+
+
+@dataclass(eq=False)
 class WrapperStateDict:
     """`wrapper.state_dict()`: every key starts with `module.`."""
 
@@ -59,7 +77,7 @@ class SavedWrapperStateDict:
     """A wrapper's state dict inside the object one `torch.save` call writes."""
 
     save: cst.Call
-    path: Optional[str]  # normalised literal path, None when unknown
+    path: CheckpointPath
     keys: tuple[str, ...]  # where in the saved object: () is the object itself
     state_dict: WrapperStateDict
     via_name: bool  # the saved object reaches the state dict through a variable
@@ -70,7 +88,7 @@ class LoadedCheckpoint:
     """`torch.load(path)` indexed by literal keys: `torch.load(p)["model"]`."""
 
     call: cst.Call  # the torch.load call
-    path: Optional[str]
+    path: CheckpointPath
     keys: tuple[str, ...]
 
 
@@ -99,10 +117,11 @@ class CheckpointFacts:
     saves: list[SavedWrapperStateDict]
     loads: list[StateDictLoad]
 
-    def wrapper_saves_to(self, path: Optional[str], keys: tuple[str, ...]) -> list[SavedWrapperStateDict]:
-        if path is None:
+    def wrapper_saves_of(self, loaded: Optional["LoadedCheckpoint"]) -> list[SavedWrapperStateDict]:
+        """The saves of a wrapper's state dict to the file and keys that `loaded` reads."""
+        if loaded is None:
             return []
-        return [save for save in self.saves if save.path == path and save.keys == keys]
+        return [save for save in self.saves if save.path.same_file(loaded.path) and save.keys == loaded.keys]
 
 
 _FACTS: "weakref.WeakKeyDictionary[SemanticModel, CheckpointFacts]" = weakref.WeakKeyDictionary()
@@ -290,6 +309,17 @@ def literal_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at: c
     return None
 
 
+def checkpoint_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> CheckpointPath:
+    literal = literal_path(model, expr, at)
+    key = model.binding_key(expr, at)
+    binding = model.binding_at(key, at) if key is not None else None
+    if literal is not None:
+        text = repr(literal)
+    else:
+        text = f"`{model.code(expr)}`" if expr is not None else "?"
+    return CheckpointPath(literal, binding, text)
+
+
 def literal_key(expr: cst.BaseExpression) -> Optional[str]:
     """"model" for the subscript `x["model"]`; None for anything but one literal string key."""
     if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
@@ -327,7 +357,7 @@ def _wrapper_saves(model: SemanticModel):
         if site.qualified_name != TORCH_SAVE:
             continue
         call = site.node
-        path = literal_path(model, argument(call, 1, "f"), call)
+        path = checkpoint_path(model, argument(call, 1, "f"), call)
         yield from _saved_entries(model, call, path, argument(call, 0, "obj"), call, (), False, MAX_DEPTH)
 
 
@@ -377,7 +407,7 @@ def _loaded_checkpoint(model: SemanticModel, expr: Optional[cst.BaseExpression],
             return None, True
         expr, at = binding.value, binding.node
     if isinstance(expr, cst.Call) and model.qualified_name(expr.func) == TORCH_LOAD:
-        return LoadedCheckpoint(expr, literal_path(model, argument(expr, 0, "f"), expr), tuple(keys)), False
+        return LoadedCheckpoint(expr, checkpoint_path(model, argument(expr, 0, "f"), expr), tuple(keys)), False
     return None, False
 
 

@@ -12,6 +12,7 @@ from typing import Optional
 import click
 
 from dplint import __version__
+from dplint.reporters import REPORTERS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -36,7 +37,10 @@ def _common_options(function):
         click.option("--select", multiple=True, help="Rules to enable (codes, slugs or prefixes such as DPL00)."),
         click.option("--ignore", multiple=True, help="Rules to disable."),
         click.option("--extend-select", multiple=True, help="Rules to enable on top of the selection."),
-        click.option("--output-format", envvar="DPLINT_OUTPUT_FORMAT", default=None, help="Output format."),
+        click.option(
+            "--output-format", envvar="DPLINT_OUTPUT_FORMAT", default=None,
+            help=f"Output format: {', '.join(REPORTERS)} (default text; also DPLINT_OUTPUT_FORMAT).",
+        ),
         click.option("-o", "--output-file", type=click.Path(dir_okay=False), help="Write the report to this file."),
         click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain."),
         click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply (or show) unsafe fixes."),
@@ -77,7 +81,6 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
          force_exclude, jobs, no_cache, cache_dir, config_file) -> int:
     from dplint.config import ConfigError, is_excluded, load_settings
     from dplint.registry import UnknownRuleError, codes_for
-    from dplint.reporters import REPORTERS, repository_root
     from dplint.runner import FileReport, FixOptions, RunReport, process_stdin, run
 
     # As ruff: `-`, or a --stdin-filename, means the code comes on standard input.
@@ -157,11 +160,15 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
             findings,
             unsafe_fixes=settings.unsafe_fixes,
             files=[file_report.path for file_report in report.files],
-            root=repository_root(),
         )
     if output_file:
-        with open(output_file, "w", encoding="utf-8") as handle:
-            handle.write(rendered)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+            with open(output_file, "w", encoding="utf-8") as handle:
+                handle.write(rendered)
+        except OSError as error:
+            click.echo(f"dplint: error: cannot write {output_file}: {error.strerror or error}", err=True)
+            return EXIT_ERROR
     elif use_stdin and fix is not None:
         click.echo(rendered, nl=False, err=True)  # stdout carries the fixed code
     else:

@@ -27,7 +27,7 @@ body or a `try` body may not run, so what it does is not certain afterwards.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import libcst as cst
 
@@ -51,6 +51,7 @@ NOT_DEVICE_CALLS = {"torch.device"}  # `torch.device("cuda:1", ...)` only names 
 EXIT_CALLS = {"sys.exit", "os._exit"}
 EXIT_BUILTINS = {"exit", "quit"}
 INLINE_BUDGET = 5000  # statements walked through calls, per file: keeps huge files linear
+INLINE_DEPTH = 8  # main() -> train() -> setup() ...: deeper call chains are not followed
 
 IMPORT, INIT, MAY_INIT = "import", "init", "may-init"
 
@@ -105,33 +106,34 @@ def cuda_event(model: SemanticModel, call: cst.Call) -> Optional[CudaEvent]:
     return None
 
 
-def certain_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
-    """The calls an expression or simple statement certainly makes, in evaluation order
-    (arguments before the call). Skipped: the branches of `a if c else b`, the right side of
-    `and`/`or`, lambdas and comprehensions."""
-    stack: list[tuple[cst.CSTNode, bool]] = [(node, False)]
-    while stack:
-        current, children_done = stack.pop()
-        if children_done:
-            if isinstance(current, cst.Call):
-                yield current
-            continue
-        if isinstance(current, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
-            continue
-        stack.append((current, True))
-        if isinstance(current, cst.IfExp):
-            children: Sequence[cst.CSTNode] = (current.test,)
-        elif isinstance(current, cst.BooleanOperation):
-            children = (current.left,)
-        else:
-            children = current.children
-        stack.extend((child, False) for child in reversed(children))
+# Nodes whose code may not run when the expression around them does.
+CONDITIONAL_PARTS = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _certain_owner(model: SemanticModel, call: cst.Call) -> Optional[cst.CSTNode]:
+    """The small statement (or compound statement header) that certainly makes this call
+    when it runs; None when the call sits in `a if c else b`'s branches, the right side of
+    `and`/`or`, a lambda or a comprehension."""
+    child: cst.CSTNode = call
+    for ancestor in model.ancestors(call):
+        if isinstance(ancestor, CONDITIONAL_PARTS):
+            return None
+        if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
+            return None
+        if isinstance(ancestor, cst.BooleanOperation) and child is not ancestor.left:
+            return None
+        if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return ancestor
+        child = ancestor
+    return None
 
 
 class CudaTimeline:
     """What had certainly happened before each statement, once per run order that reaches it.
 
     `states(statement)` lists, per run order, the events before the statement began.
+    The tree is never walked node by node here: calls come from the model's call list,
+    returns and yields from its node table, so a large file costs little.
     """
 
     def __init__(self, model: SemanticModel) -> None:
@@ -139,17 +141,58 @@ class CudaTimeline:
         self._states: dict[cst.CSTNode, list[tuple[CudaEvent, ...]]] = {}
         self._calling: list[cst.FunctionDef] = []
         self._budget = INLINE_BUDGET
+        self._calls: dict[cst.CSTNode, list[cst.Call]] = {}  # owner -> certain calls, run order
+        self._leaving: set[cst.CSTNode] = set()  # statements that may return, raise or exit
+        self._generators: set[cst.CSTNode] = set()  # functions that yield
+        self._index()
         self._block(model.module.body, ())
 
     def states(self, statement: cst.CSTNode) -> list[tuple[CudaEvent, ...]]:
         return self._states.get(statement, [])
+
+    def events_in(self, owner: cst.CSTNode) -> tuple[CudaEvent, ...]:
+        """The CUDA events a small statement (or a compound statement's header) certainly makes."""
+        return tuple(e for call in self._calls.get(owner, ()) if (e := cuda_event(self.model, call)) is not None)
+
+    def _index(self) -> None:
+        model = self.model
+        ends: dict[cst.CSTNode, int] = {}  # a call -> the last order of a call inside it
+        for site in model.calls:
+            owner = _certain_owner(model, site.node)
+            if owner is not None:
+                self._calls.setdefault(owner, []).append(site.node)
+            for ancestor in model.ancestors(site.node):
+                if isinstance(ancestor, cst.Call):
+                    ends[ancestor] = max(ends.get(ancestor, 0), site.order)
+                if isinstance(ancestor, cst.BaseStatement):
+                    break
+            name = site.qualified_name
+            if name in EXIT_CALLS or (name is None and isinstance(site.node.func, cst.Name) and site.node.func.value in EXIT_BUILTINS):
+                self._mark_leaving(site.node)
+        for calls in self._calls.values():
+            # Arguments run before the call that takes them: order by where each call ends.
+            calls.sort(key=lambda call: (ends.get(call, model.order(call)), -model.order(call)))
+        for node in model._parent:  # every node once; no tree walk
+            if isinstance(node, (cst.Return, cst.Raise)):
+                self._mark_leaving(node)
+            elif isinstance(node, (cst.Yield, cst.Await)):
+                function = next((a for a in model.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+                self._generators.add(function)
+
+    def _mark_leaving(self, node: cst.CSTNode) -> None:
+        """Every statement around `node`, up to its function, may end that function early."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return
+            if isinstance(ancestor, cst.BaseStatement):
+                self._leaving.add(ancestor)
 
     # A block returns the state after it. With `function=True` it returns what is certain
     # when the function returns: the state before its first statement that may return early.
     def _block(self, statements: Sequence[cst.CSTNode], state: tuple, function: bool = False) -> tuple:
         at_return = None
         for statement in statements:
-            if function and at_return is None and _may_leave(self.model, statement):
+            if function and at_return is None and statement in self._leaving:
                 at_return = state
             state = self._statement(statement, state)
         return at_return if at_return is not None else state
@@ -163,22 +206,20 @@ class CudaTimeline:
                 if is_torch_import(small):
                     state += (CudaEvent(IMPORT, small, f"`{self.model.code(small)}`"),)
                 else:
-                    state = self._expression(small, state)
-        elif isinstance(statement, cst.If):
-            state = self._expression(statement.test, state)
+                    state = self._calls_of(small, state)
+            return state
+        state = self._calls_of(statement, state)  # the header: test, iterable, items, decorators
+        if isinstance(statement, cst.If):
             self._block(_body(statement.body), state)
             if isinstance(statement.orelse, cst.If):
                 self._statement(statement.orelse, state)
             elif statement.orelse is not None:
                 self._block(_body(statement.orelse.body), state)
         elif isinstance(statement, (cst.For, cst.While)):
-            state = self._expression(statement.iter if isinstance(statement, cst.For) else statement.test, state)
             self._block(_body(statement.body), state)
             if statement.orelse is not None:
                 self._block(_body(statement.orelse.body), state)
         elif isinstance(statement, cst.With):
-            for item in statement.items:
-                state = self._expression(item.item, state)
             state = self._block(_body(statement.body), state)
         elif isinstance(statement, (cst.Try, cst.TryStar)):
             suites = [statement.body, *(handler.body for handler in statement.handlers)]
@@ -186,8 +227,6 @@ class CudaTimeline:
             for suite in suites:
                 self._block(_body(suite), state)
         elif isinstance(statement, cst.FunctionDef):
-            for decorator in statement.decorators:
-                state = self._expression(decorator.decorator, state)
             self._block(_body(statement.body), state)  # runs later, after what is certain here
         elif isinstance(statement, cst.ClassDef):
             state = self._block(_body(statement.body), state)  # a class body runs at once
@@ -196,8 +235,8 @@ class CudaTimeline:
                 self._block(_body(case.body), state)
         return state
 
-    def _expression(self, node: cst.CSTNode, state: tuple) -> tuple:
-        for call in certain_calls(node):
+    def _calls_of(self, owner: cst.CSTNode, state: tuple) -> tuple:
+        for call in self._calls.get(owner, ()):
             callee = self._callee(call)
             if callee is not None:
                 self._calling.append(callee)
@@ -210,7 +249,7 @@ class CudaTimeline:
 
     def _callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
         """A plain function of this file whose body runs when `call` runs."""
-        if not isinstance(call.func, cst.Name) or self._budget <= 0:
+        if not isinstance(call.func, cst.Name) or self._budget <= 0 or len(self._calling) >= INLINE_DEPTH:
             return None
         binding = self.model.binding_at(call.func.value, call)
         function = binding.node if binding is not None else None
@@ -218,7 +257,7 @@ class CudaTimeline:
             return None
         # A decorator may skip the body (`@rank_zero_only`); async and generator functions
         # return before running it.
-        if function.decorators or function.asynchronous is not None or _contains(function.body, (cst.Yield,)):
+        if function.decorators or function.asynchronous is not None or function in self._generators:
             return None
         return function
 
@@ -227,37 +266,22 @@ def _body(suite: cst.BaseSuite) -> Sequence[cst.CSTNode]:
     return suite.body if isinstance(suite, cst.IndentedBlock) else (cst.SimpleStatementLine(body=suite.body),)
 
 
-def _contains(node: cst.CSTNode, kinds: tuple) -> bool:
-    """Whether `node` holds one of `kinds`, outside nested functions, lambdas and classes."""
-    stack = list(node.children)
-    while stack:
-        current = stack.pop()
-        if isinstance(current, kinds):
-            return True
-        if not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            stack.extend(current.children)
-    return False
-
-
-def _may_leave(model: SemanticModel, statement: cst.CSTNode) -> bool:
-    """A statement after which the rest of its function may not run: it holds a `return`,
-    a `raise` or a `sys.exit()` (outside nested functions)."""
-    stack = [statement]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, (cst.Return, cst.Raise)):
-            return True
-        if isinstance(current, cst.Call):
-            name = model.qualified_name(current.func)
-            if name in EXIT_CALLS or (name is None and isinstance(current.func, cst.Name) and current.func.value in EXIT_BUILTINS):
-                return True
-        if current is statement or not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            stack.extend(current.children)
-    return False
-
-
 # ------------------------------------------------------------------ CUDA_VISIBLE_DEVICES writes
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+# Calls that start a process: it inherits the environment as it is then, whatever this
+# process's CUDA did. (Prefixes end with a dot.)
+PROCESS_STARTERS = (
+    "subprocess.",
+    "os.system",
+    "os.popen",
+    "os.exec",
+    "os.spawn",
+    "os.posix_spawn",
+    "multiprocessing.",
+    "torch.multiprocessing.",
+    "torch.distributed.run.",
+    "torch.distributed.launcher.",
+)
 ENVIRON = "os.environ"
 ENVIRON_CALLS = {"os.environ.setdefault", "os.putenv"}  # (key, value)
 
@@ -323,4 +347,15 @@ def _updates_visible_devices(model: SemanticModel, call: cst.Call) -> bool:
             for element in arg.value.elements:
                 if isinstance(element, cst.DictElement) and _is_visible_devices(model, element.key, call):
                     return True
+    return False
+
+
+def starts_process_after(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """Whether the code that runs `node` later starts a process in the same function (or at
+    the top level): a launcher sets CUDA_VISIBLE_DEVICES for its children."""
+    scope, order = model.scope(node), model.order(node)
+    for site in model.calls:
+        if site.scope is scope and site.order > order and site.qualified_name is not None:
+            if site.qualified_name.startswith(PROCESS_STARTERS):
+                return True
     return False

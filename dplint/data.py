@@ -60,6 +60,7 @@ def is_distributed_sampler(model: SemanticModel, call: Optional[cst.Call]) -> bo
 # ------------------------------------------------------------------ epochs and set_epoch
 # DistributedSampler(dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False)
 SAMPLER_SHUFFLE = (3, "shuffle")
+SAMPLER_SEED = (4, "seed")
 # DataLoader(..., batch_sampler=None) is its fifth parameter; BatchSampler(sampler, batch_size, drop_last)
 LOADER_BATCH_SAMPLER = (4, "batch_sampler")
 BATCH_SAMPLERS = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"}
@@ -82,17 +83,18 @@ class SamplerFlow:
 
     `holders` are the bindings that reach the sampler, each with the attribute path from
     the name to the sampler: (`sampler`, ()), (`train_loader`, ("sampler",)),
-    (`loader`, ("batch_sampler", "sampler")). `escapes` is set as soon as the sampler or a
+    (`loader`, ("batch_sampler", "sampler")), and whether the name surely holds it (not when
+    `sampler = None` may still be there: `sampler = None` / `if ddp: sampler = ...`). `escapes` is set as soon as the sampler or a
     holder goes where the file can't follow it (an unknown call, a return, a container):
     then nothing can be said about its epochs.
     """
 
     sampler: cst.Call
     iterations: list[cst.For] = field(default_factory=list)  # `for` loops over it or its loader
-    holders: list[tuple[Binding, tuple[str, ...]]] = field(default_factory=list)
+    # (binding, path, certain): certain when, wherever the name is live, it holds this value
+    holders: list[tuple[Binding, tuple[str, ...], bool]] = field(default_factory=list)
     sets_epoch: bool = False  # `.set_epoch(...)` (or `.epoch = ...`) reaches it somewhere
     escapes: bool = False
-    maybe_none: bool = False  # it went through `DistributedSampler(...) if c else None`
 
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -106,11 +108,12 @@ def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bo
 def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
     """Follow a sampler construction through names, loaders and batch samplers."""
     flow = SamplerFlow(sampler)
-    _follow(model, sampler, (), flow, set())
+    _follow(model, sampler, (), flow, set(), True)
     return flow
 
 
-def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...], flow: SamplerFlow, seen: set) -> None:
+def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...], flow: SamplerFlow, seen: set,
+            certain: bool) -> None:
     """Classify one place an expression reaching the sampler (by `path`) is used."""
     if flow.escapes:
         return
@@ -118,7 +121,7 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
     if isinstance(parent, cst.Attribute) and parent.value is occurrence:
         attribute = parent.attr.value
         if path and attribute == path[0]:
-            _follow(model, parent, path[1:], flow, seen)
+            _follow(model, parent, path[1:], flow, seen, certain)
         elif not path and attribute in ("set_epoch", "epoch"):
             flow.sets_epoch = True
         elif attribute in SAMPLER_ATTRIBUTES:
@@ -126,7 +129,7 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         # any other attribute (`loader.dataset`, `sampler.num_samples`) is only read
         return
     if isinstance(parent, cst.Arg) and parent.value is occurrence:
-        _follow_argument(model, parent, path, flow, seen)
+        _follow_argument(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, cst.For) and parent.iter is occurrence:
         flow.iterations.append(parent)
@@ -138,15 +141,14 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         if binding is None:
             flow.escapes = True
         else:
-            _follow_binding(model, binding, path, flow, seen)
+            _follow_binding(model, binding, path, flow, seen, certain)
         return
     if isinstance(parent, cst.IfExp) and occurrence is not parent.test:
         other = parent.orelse if occurrence is parent.body else parent.body
         if not (isinstance(other, cst.Name) and other.value == "None"):
             flow.escapes = True
             return
-        flow.maybe_none = True
-        _follow(model, parent, path, flow, seen)
+        _follow(model, parent, path, flow, seen, False)  # `DistributedSampler(ds) if ddp else None`
         return
     if _only_tested(parent, occurrence):
         return
@@ -162,7 +164,8 @@ def _only_tested(parent: Optional[cst.CSTNode], occurrence: cst.CSTNode) -> bool
     return isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.Expr))
 
 
-def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow, seen: set) -> None:
+def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow, seen: set,
+                     certain: bool) -> None:
     call = model.parent(arg)
     value = arg.value
     if not isinstance(call, cst.Call):
@@ -172,11 +175,11 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     if arg.star:
         flow.escapes = True
     elif name == DATA_LOADER and argument(call, *LOADER_SAMPLER) is value:
-        _follow(model, call, ("sampler", *path), flow, seen)
+        _follow(model, call, ("sampler", *path), flow, seen, certain)
     elif name == DATA_LOADER and argument(call, *LOADER_BATCH_SAMPLER) is value:
-        _follow(model, call, ("batch_sampler", *path), flow, seen)
+        _follow(model, call, ("batch_sampler", *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
-        _follow(model, call, ("sampler", *path), flow, seen)
+        _follow(model, call, ("sampler", *path), flow, seen, certain)
     elif builtin_name(model, call.func) in HARMLESS_BUILTINS:
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
@@ -185,11 +188,13 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         flow.escapes = True
 
 
-def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...], flow: SamplerFlow, seen: set) -> None:
+def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...], flow: SamplerFlow, seen: set,
+                    certain: bool) -> None:
     if (binding, path) in seen:
         return
     seen.add((binding, path))
-    flow.holders.append((binding, path))
+    certain = certain and _holds_only_this(model, binding)
+    flow.holders.append((binding, path, certain))
     key, owner = binding.key, binding.scope
     if key.startswith("self.") and not _attribute_stays_in_class(model, binding):
         flow.escapes = True
@@ -205,7 +210,39 @@ def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...
             flow.escapes = True  # read where source order can't tell which value it holds
             return
         if live is binding:
-            _follow(model, node, path, flow, seen)
+            _follow(model, node, path, flow, seen, certain)
+        elif binding.order < live.order and _exclusive_branches(model, binding.node, live.node):
+            # `if distributed: sampler = DistributedSampler(ds)` / `else: sampler = None`:
+            # the name holds one or the other.
+            _follow(model, node, path, flow, seen, False)
+
+
+def _holds_only_this(model: SemanticModel, binding: Binding) -> bool:
+    """The key's only binding in its scope, or one that runs unconditionally at the top of
+    its function (or module): where it is live, the name holds its value."""
+    if sum(1 for other in model.bindings.get(binding.key, ()) if other.scope is binding.scope) == 1:
+        return True
+    statement = model.statement_of(binding.node)
+    block = model.parent(statement)
+    if isinstance(block, cst.Module):
+        return True
+    return isinstance(block, cst.IndentedBlock) and model.parent(block) is model.scope(statement).node
+
+
+def _exclusive_branches(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether two nodes sit in different branches of one `if` statement."""
+    branches = {}
+    child = first
+    for ancestor in model.ancestors(first):
+        if isinstance(ancestor, cst.If):
+            branches[ancestor] = child
+        child = ancestor
+    child = second
+    for ancestor in model.ancestors(second):
+        if ancestor in branches and ancestor.test is not child:
+            return branches[ancestor] is not child and branches[ancestor] is not ancestor.test
+        child = ancestor
+    return False
 
 
 def _attribute_stays_in_class(model: SemanticModel, binding: Binding) -> bool:

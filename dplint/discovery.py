@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from dataclasses import dataclass
@@ -44,9 +45,11 @@ def discover(paths: Iterable[str]) -> tuple[list[str], list[PathProblem]]:
         elif exists:
             files.append(path)
         elif os.path.islink(path):
-            problems.append(PathProblem(path, "cannot read: broken symbolic link or symlink loop"))
+            problems.append(PathProblem(path, _broken_link_message(path)))
         else:
             problems.append(PathProblem(path, "cannot read: No such file or directory"))
+    # Spelled as the files are (`./a.py` -> `a.py`), and once per path (a path given twice).
+    problems = list({os.path.normpath(p.path): PathProblem(os.path.normpath(p.path), p.message) for p in problems}.values())
     unique: dict[str, str] = {}
     for file in files:
         key = os.path.realpath(file)
@@ -54,6 +57,15 @@ def discover(paths: Iterable[str]) -> tuple[list[str], list[PathProblem]]:
             continue
         unique[key] = os.path.normpath(file)
     return sorted(unique.values()), problems
+
+
+def _broken_link_message(path: str) -> str:
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "cannot read: symbolic link loop"
+    return "cannot read: broken symbolic link (its target does not exist)"
 
 
 def _walk(root: str, problems: list[PathProblem]) -> Iterable[str]:
@@ -70,7 +82,7 @@ def _walk(root: str, problems: list[PathProblem]) -> Iterable[str]:
             if name.endswith(PYTHON_SUFFIXES):
                 path = os.path.join(folder, name)
                 if os.path.islink(path) and not os.path.exists(path):
-                    problems.append(PathProblem(path, "cannot read: broken symbolic link or symlink loop"))
+                    problems.append(PathProblem(path, _broken_link_message(path)))
                     continue
                 yield path
 
@@ -82,8 +94,11 @@ def _git_ignored(paths: list[str], root: str) -> set[str]:
     absolute = {os.path.abspath(path): path for path in paths}
     try:
         completed = subprocess.run(
-            ["git", "check-ignore", "--stdin", "-z"],
-            input="\0".join(absolute).encode(),
+            # The repository's own config must not run commands: `core.fsmonitor` names a
+            # program git starts whenever it reads the index, so a cloned repository (or a
+            # tarball with a .git folder) could otherwise run code when it is merely linted.
+            ["git", "-c", "core.fsmonitor=false", "check-ignore", "--stdin", "-z"],
+            input=b"\0".join(os.fsencode(path) for path in absolute),  # names need not be UTF-8
             capture_output=True,
             timeout=30,
             cwd=root,
@@ -92,4 +107,5 @@ def _git_ignored(paths: list[str], root: str) -> set[str]:
         return set()
     if completed.returncode not in (0, 1):  # 128: not a git repository
         return set()
-    return {absolute.get(item.decode(), item.decode()) for item in completed.stdout.split(b"\0") if item}
+    ignored = (os.fsdecode(item) for item in completed.stdout.split(b"\0") if item)
+    return {absolute.get(path, path) for path in ignored}

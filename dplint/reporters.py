@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 from urllib.parse import quote
-from xml.etree import ElementTree
 
 from dplint import __version__
 from dplint.rule import Applicability, Finding, Severity, finding_to_dict
@@ -233,6 +232,8 @@ def _xml_text(value: str) -> str:
 def junit(findings: Sequence[Finding], unsafe_fixes: bool = False, files: Sequence[str] = (), **_) -> str:
     """JUnit XML for CI test reports: a test suite per file, a failed test case per finding,
     and one passing test case for each checked file without findings."""
+    from xml.etree import ElementTree
+
     by_file: dict[str, list[Finding]] = {path: [] for path in files}
     for f in findings:
         by_file.setdefault(f.filename, []).append(f)

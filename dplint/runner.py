@@ -8,16 +8,17 @@ are skipped by the pre-filter, never loads it.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 from dplint.cache import content_key
 from dplint.config import Settings, is_excluded
 from dplint.discovery import discover
 from dplint.rule import Finding, Position, Severity
-from dplint.source import SourceError, decode, read_source, write_atomic
+from dplint.source import SourceError, call_with_deep_stack, decode, read_source, write_atomic
 
 PARALLEL_THRESHOLD = 8  # below this many files a process pool costs more than it saves
 
@@ -85,21 +86,38 @@ def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOpti
     return report
 
 
+def process_text_guarded(text: str, path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
+    """`process_text`, where a dplint bug costs this one file, never the run."""
+    try:
+        # A deep stack: LibCST's native parser segfaults on deeply nested (valid) code.
+        return call_with_deep_stack(process_text, text, path, settings, fix)
+    except Exception as error:
+        reason = "nested too deeply to analyse" if isinstance(error, RecursionError) else f"{type(error).__name__}: {error}"
+        return FileReport(path, errors=[f"{path}: internal error: {' '.join(reason.split())}; the file is unchanged"])
+
+
 def process_file(path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
     try:
         source = read_source(path)
     except SourceError as error:
         return FileReport(path, [problem_finding(path, str(error))])
-    report = process_text(source.text, path, settings, fix)
+    report = process_text_guarded(source.text, path, settings, fix)
     if fix is not None and fix.write and report.fixed_text is not None:
+        problem = None
         try:
-            if read_source(path).raw != source.raw:
-                report.errors.append(f"{path}: changed while being fixed; left as it is")
-                report.applied = []
+            data = report.fixed_text.encode(source.encoding)
+            if read_source(path).raw != source.raw:  # edited (or fixed by another run) meanwhile
+                problem = "changed while being fixed; the fix was not written"
             else:
-                write_atomic(path, report.fixed_text.encode(source.encoding))
-        except (OSError, SourceError) as error:
-            report.errors.append(f"{path}: cannot write the fix: {getattr(error, 'strerror', None) or error}; the file is unchanged")
+                write_atomic(path, data)
+        except UnicodeEncodeError as error:
+            problem = f"cannot write the fix: {error.object[error.start]!r} cannot be encoded as {source.encoding}; the file is unchanged"
+        except SourceError as error:
+            problem = f"changed while being fixed ({error}); the fix was not written"
+        except OSError as error:
+            problem = f"cannot write the fix: {error.strerror or error}; the file is unchanged"
+        if problem is not None:
+            report.errors.append(f"{path}: {problem}")
             report.applied = []
     return report
 
@@ -110,7 +128,7 @@ def _fix_one(args) -> FileReport:
 
 def _lint_one(args) -> FileReport:
     path, text, settings = args
-    return process_text(text, path, settings, None)
+    return process_text_guarded(text, path, settings, None)
 
 
 def may_match(text: str, codes: frozenset[str]) -> bool:
@@ -139,13 +157,13 @@ def run(
         if not is_excluded(f, settings) or (f in explicit and not force_exclude)
     ]
     reports: dict[str, FileReport] = {p.path: FileReport(p.path, [problem_finding(p.path, p.message)]) for p in problems}
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs or available_cpus()
 
+    cache = None
     if fix is not None:  # fixing writes files: no cache, each worker reads and writes its own file
         for report in _map(_fix_one, [(path, settings, fix) for path in files], jobs):
             reports[report.path] = report
     else:
-        cache = None
         if cache_dir is not None:
             from dplint.cache import Cache
 
@@ -176,12 +194,20 @@ def run(
             reports[report.path] = report
             if cache is not None and not report.errors:
                 cache.put(report.path, keys[report.path], report)
-        if cache is not None:
-            cache.save()
 
     ordered = [reports[path] for path in sorted(reports)]
-    add_project_findings(ordered, settings)
+    add_project_findings(ordered, settings, cache if fix is None else None)
+    if fix is None and cache is not None:
+        cache.save()
     return RunReport(ordered, len(files))
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (a container or `taskset` may allow fewer than exist)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _map(function, items: list, jobs: int) -> list[FileReport]:
@@ -199,23 +225,35 @@ def _map(function, items: list, jobs: int) -> list[FileReport]:
         return list(pool.map(function, items))
 
 
-def add_project_findings(reports: list[FileReport], settings: Settings) -> None:
-    """Run the rules' project-wide checks over the facts every file reported."""
-    codes_with_facts = {code for report in reports for code in report.facts}
-    if not codes_with_facts:
+def add_project_findings(reports: list[FileReport], settings: Settings, cache=None) -> None:
+    """Run the rules' project-wide checks over the facts every file reported.
+
+    With a cache, the same facts as last time give the same findings without importing a rule."""
+    if not any(report.facts for report in reports):
         return
+    facts_key = found = None
+    if cache is not None:
+        facts_key = content_key(json.dumps([[r.path, r.facts] for r in reports if r.facts], sort_keys=True).encode())
+        found = cache.get_project(facts_key)
+    if found is None:
+        found = list(project_findings(reports))
+        if cache is not None:
+            cache.put_project(facts_key, found)
+    by_path = {report.path: report for report in reports}
+    for finding in found:
+        report = by_path.get(finding.filename)
+        if report is not None and finding.code in settings.enabled_codes(finding.filename):
+            report.findings.append(finding)
+            report.findings.sort(key=lambda f: f.sort_key)
+
+
+def project_findings(reports: list[FileReport]) -> Iterator[Finding]:
     from dplint.registry import all_rules
 
-    by_path = {report.path: report for report in reports}
+    codes_with_facts = {code for report in reports for code in report.facts}
     for rule in all_rules():
-        if rule.code not in codes_with_facts:
-            continue
-        facts = {report.path: report.facts[rule.code] for report in reports if rule.code in report.facts}
-        for finding in rule.check_project(facts):
-            report = by_path.get(finding.filename)
-            if report is not None and finding.code in settings.enabled_codes(finding.filename):
-                report.findings.append(finding)
-                report.findings.sort(key=lambda f: f.sort_key)
+        if rule.code in codes_with_facts:
+            yield from rule.check_project({r.path: r.facts[rule.code] for r in reports if rule.code in r.facts})
 
 
 def process_stdin(data: bytes, display_path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:

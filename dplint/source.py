@@ -1,15 +1,29 @@
-"""Reading and writing source files: encodings, BOMs, line endings, atomic writes."""
+"""Reading and writing source files: encodings, BOMs, line endings, atomic writes.
+
+Also the two guards every parse needs, kept here so that the engine and the runner share them:
+Python's own verdict on a file LibCST rejects (`python_syntax_error`), and a thread with a
+stack deep enough for LibCST's native parser (`call_with_deep_stack`).
+"""
 
 from __future__ import annotations
 
+import ast
+import errno
 import io
 import os
 import re
+import stat
+import sys
 import tempfile
+import threading
 import tokenize
+import warnings
 from dataclasses import dataclass
+from typing import Callable, Optional, TypeVar
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the line breaks Python's tokenizer (and LibCST) know
+
+Result = TypeVar("Result")
 
 
 class SourceError(Exception):
@@ -29,22 +43,63 @@ def decode(raw: bytes) -> tuple[str, str]:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as error:
-        raise SourceError(f"cannot decode: {error.msg if hasattr(error, 'msg') else error}") from None
+        raise SourceError(_encoding_problem(raw, str(error))) from None
     try:
-        text = raw.decode(encoding)
-    except (UnicodeDecodeError, LookupError) as error:
-        raise SourceError(f"cannot decode as {encoding}: {error}") from None
-    return text, encoding
+        return raw.decode(encoding), encoding
+    except UnicodeDecodeError as error:
+        declared = "" if encoding in ("utf-8", "utf-8-sig") else " (the encoding its coding cookie declares)"
+        raise SourceError(f"cannot decode as {encoding}{declared}: {_bad_byte(raw, error.start)}") from None
+    except LookupError as error:  # a codec that exists but cannot decode bytes (e.g. "rot13")
+        raise SourceError(f"cannot decode: the coding cookie names an unusable encoding ({error})") from None
+
+
+def _encoding_problem(raw: bytes, message: str) -> str:
+    """One line for `tokenize.detect_encoding`'s SyntaxErrors."""
+    if message.startswith("unknown encoding"):
+        name = message.rsplit(": ", 1)[-1]
+        return f"cannot decode: the coding cookie names an unknown encoding {name!r}"
+    if message.startswith("encoding problem"):
+        return "cannot decode: the file starts with a UTF-8 BOM but its coding cookie declares another encoding"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"cannot decode as utf-8: {_bad_byte(raw, error.start)}"
+    return f"cannot decode: {message}"
+
+
+def _bad_byte(raw: bytes, offset: int) -> str:
+    line = raw.count(b"\n", 0, offset) + 1
+    column = offset - (raw.rfind(b"\n", 0, offset) + 1) + 1
+    return f"invalid byte 0x{raw[offset]:02x} at line {line}, byte {column} of the line"
 
 
 def read_source(path: str) -> SourceFile:
+    # O_NONBLOCK: opening a FIFO named `x.py` must not wait for a writer; only regular files
+    # are read (a character device would never end).
     try:
-        with open(path, "rb") as handle:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise SourceError(f"cannot read: {_os_reason(error)}") from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise SourceError("cannot read: is a directory")
+        if not stat.S_ISREG(mode):
+            raise SourceError("cannot read: not a regular file (a pipe, socket or device)")
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
             raw = handle.read()
     except OSError as error:
-        raise SourceError(f"cannot read: {error.strerror or error}") from None
+        raise SourceError(f"cannot read: {_os_reason(error)}") from None
+    finally:
+        os.close(descriptor)
     text, encoding = decode(raw)
     return SourceFile(path, text, encoding, raw)
+
+
+def _os_reason(error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "symbolic link loop"
+    return error.strerror or str(error)
 
 
 def line_starts(text: str) -> list[int]:
@@ -57,22 +112,111 @@ def line_starts(text: str) -> list[int]:
 def write_atomic(path: str, data: bytes) -> None:
     """Replace `path` with `data` so that readers see the old or the new file, never half of one.
 
-    The temp file lives in the same folder (same file system, so the rename is atomic), is
-    fsynced before the rename, and takes over the original's permission bits.
+    The temp file lives in the target's folder (same file system, so the rename is atomic), is
+    fsynced before the rename, and takes over the original's permission bits (and owner, where
+    allowed). A symbolic link is followed: the file it points to is replaced, the link is kept.
+    A file the user may not write is refused, although the folder would allow the rename.
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    mode = os.stat(path).st_mode & 0o7777
-    handle, temp_path = tempfile.mkstemp(prefix=".dplint-", suffix=".tmp", dir=folder)
+    target = os.path.realpath(path)
+    info = os.stat(target)
+    if not os.access(target, os.W_OK):
+        raise PermissionError(errno.EACCES, "Permission denied (the file is read-only)", path)
+    handle, temp_path = tempfile.mkstemp(prefix=".dplint-", suffix=".tmp", dir=os.path.dirname(target))
     try:
         with os.fdopen(handle, "wb") as temp:
             temp.write(data)
             temp.flush()
             os.fsync(temp.fileno())
-        os.chmod(temp_path, mode)
-        os.replace(temp_path, path)
+        os.chmod(temp_path, stat.S_IMODE(info.st_mode))
+        if hasattr(os, "chown"):
+            try:
+                os.chown(temp_path, info.st_uid, info.st_gid)
+            except OSError:
+                pass  # only root may give a file away; the new file is then the writer's
+        os.replace(temp_path, target)
     except BaseException:
         try:
             os.unlink(temp_path)
         except OSError:
             pass
         raise
+
+
+def python_syntax_error(text: str) -> Optional[tuple[str, int, int]]:
+    """Python's own complaint about the text: (message, line, 1-based column), or None.
+
+    Parsing to an AST (`ast.parse`) never runs the code. Its messages are the ones users know
+    ("Missing parentheses in call to 'print'. Did you mean print(...)?") and its positions are
+    exact, where LibCST's native parser often reports the end of the file. None when Python
+    accepts the text (LibCST may still refuse syntax newer than it knows).
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning: invalid escape sequence, ...
+            ast.parse(text)
+    except SyntaxError as error:
+        message = " ".join((error.msg or "invalid syntax").split())
+        return (message, *_inside(text, error.lineno or 1, error.offset or 1))
+    except (ValueError, RecursionError, MemoryError) as error:  # null bytes, absurd nesting
+        return " ".join(str(error).split()) or type(error).__name__, 1, 1
+    return None
+
+
+def _inside(text: str, line: int, column: int) -> tuple[int, int]:
+    """The position moved into the file ("unexpected EOF" points past its last line)."""
+    lines = LINE_BREAK.split(text)
+    line = min(max(line, 1), len(lines))
+    return line, min(max(column, 1), len(lines[line - 1]) + 1)
+
+
+# LibCST's native parser recurses once per nesting level on the C stack: 10,000 chained
+# `and`s (valid Python) overflow the default 8 MiB main-thread stack and kill the process
+# with SIGSEGV. 512 MiB is address space, not memory: pages are touched only when used.
+DEEP_STACK_BYTES = 512 * 1024 * 1024
+DEEP_RECURSION_LIMIT = 100_000  # LibCST's visitors recurse in Python, several frames per nesting level
+_deep = threading.local()
+_deep_lock = threading.Lock()  # guards the process-wide stack size and recursion limit
+_deep_calls = 0
+_saved_recursion_limit = 0
+
+
+def call_with_deep_stack(function: Callable[..., Result], *args) -> Result:
+    """`function(*args)` in a thread with a deep stack and recursion limit; re-raises its error."""
+    global _deep_calls, _saved_recursion_limit
+    if getattr(_deep, "inside", False):
+        return function(*args)
+    outcome: list = []
+
+    def target() -> None:
+        _deep.inside = True
+        try:
+            outcome.append((True, function(*args)))
+        except BaseException as error:  # handed to the caller's thread
+            outcome.append((False, error))
+
+    thread = threading.Thread(target=target, name="dplint-deep-stack", daemon=True)
+    with _deep_lock:
+        if _deep_calls == 0:
+            _saved_recursion_limit = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_saved_recursion_limit, DEEP_RECURSION_LIMIT))
+        _deep_calls += 1
+        previous_stack = threading.stack_size(DEEP_STACK_BYTES)
+        try:
+            thread.start()
+        except RuntimeError:  # no room for such a stack (ulimit -v): the plain stack it is
+            thread = None
+        finally:
+            threading.stack_size(previous_stack)
+    try:
+        if thread is None:
+            return function(*args)
+        thread.join()
+    finally:
+        with _deep_lock:
+            _deep_calls -= 1
+            if _deep_calls == 0:
+                sys.setrecursionlimit(_saved_recursion_limit)
+    succeeded, value = outcome[0]
+    if succeeded:
+        return value
+    raise value

@@ -31,8 +31,10 @@ UNUSED_NAME = "unused-suppression"
 
 # flake8's syntax: codes after `noqa:` are letters then digits; anything else makes it bare.
 NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
-DPLINT = re.compile(r"#\s*dplint:\s*(?P<kind>file-ignore|ignore)\b(?:\s*\[(?P<codes>[^\]]*)\])?")
+# `[...]` or nothing; `ignore-x` or an unclosed `[` is no directive (it must not silence everything).
+DPLINT = re.compile(r"#\s*dplint:\s*(?P<kind>file-ignore|ignore)(?:\s*\[(?P<codes>[^\]]*)\]|(?![\w\[-]|\s+\[))")
 MAY_HAVE_DIRECTIVE = re.compile(r"noqa|dplint:", re.IGNORECASE)
+MAY_NAME_DPLINT = re.compile(r"dpl", re.IGNORECASE)
 
 
 @dataclass
@@ -41,7 +43,7 @@ class Directive:
     # Each entry as written, and the rule code it names (None: not a dplint rule, or unknown).
     entries: Optional[list[tuple[str, Optional[str]]]]  # None: bare, silences every rule
     row: int  # the comment's line
-    target_row: Optional[int]  # the line it silences; None for file-ignore, or when there is none
+    target_row: Optional[int]  # the line it silences; None for file-ignore, 0 when there is none
     start: int  # offsets of the directive in the text
     end: int
     codes_span: Optional[tuple[int, int]]  # offsets of the list of entries
@@ -53,11 +55,17 @@ class Directive:
     def covers(self, code: str) -> bool:
         return self.entries is None or any(named == code for _, named in self.entries)
 
+    def silences(self, code: str, row: int) -> bool:
+        """Whether this directive silences a finding of `code` that starts on `row`."""
+        return (self.kind == "file-ignore" or self.target_row == row) and self.covers(code)
+
 
 def apply_suppressions(text: str, path: str, findings: Sequence[Finding], enabled_codes: frozenset[str]) -> list[Finding]:
     """The findings that no suppression comment silences (plus unused-suppression findings)."""
     report_unused = UNUSED_CODE in enabled_codes
-    if not MAY_HAVE_DIRECTIVE.search(text) or not (findings or report_unused):
+    # Tokenizing costs a fifth of a parse: skip it when no directive can matter. Without
+    # findings only a directive naming a dplint rule (or the dplint form) can be reported.
+    if not MAY_HAVE_DIRECTIVE.search(text) or not (findings or (report_unused and MAY_NAME_DPLINT.search(text))):
         return list(findings)
     directives = find_directives(text)
     if directives is None:  # the tokenizer disagrees with the parser: suppress nothing, claim nothing
@@ -73,8 +81,7 @@ def _silenced(finding: Finding, directives: list[Directive]) -> bool:
     """Whether some directive silences the finding; every one that does counts as used."""
     silenced = False
     for directive in directives:
-        applies = directive.kind == "file-ignore" or directive.target_row == finding.location.row
-        if applies and directive.covers(finding.code):
+        if directive.silences(finding.code, finding.location.row):
             directive.used.add(finding.code)
             silenced = True
     return silenced
@@ -140,13 +147,13 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def _next_code_row(row: int, code_rows: set[int], comment_rows: set[int]) -> Optional[int]:
+def _next_code_row(row: int, code_rows: set[int], comment_rows: set[int]) -> int:
     """The line a directive on a line of its own silences: the next line of code, passing over
     comment lines (stacked directives) but not over a blank line."""
     row += 1
     while row in comment_rows and row not in code_rows:
         row += 1
-    return row if row in code_rows else None
+    return row if row in code_rows else 0
 
 
 def _directive(kind, entries, row, target_row, match, comment_start, comment, own_line) -> Directive:
@@ -213,7 +220,7 @@ def _unused_finding(text: str, path: str, directive: Directive, unused: list[str
     starts = line_starts(text)
     removed = set(unused) | set(unknown)
     kept = [written for written, _ in directive.entries if written not in removed]
-    edit = _removal(text, starts, directive) if not kept else _rewrite(text, starts, directive, kept)
+    edit = _removal(text, starts, directive) if not kept else _rewrite(starts, directive, kept)
     return Finding(
         code=UNUSED_CODE,
         name=UNUSED_NAME,
@@ -237,7 +244,7 @@ def _edit(starts: list[int], start: int, end: int, content: str) -> TextEdit:
     return TextEdit(start, end, content, _position(starts, start), _position(starts, end))
 
 
-def _rewrite(text: str, starts: list[int], directive: Directive, kept: list[str]) -> TextEdit:
+def _rewrite(starts: list[int], directive: Directive, kept: list[str]) -> TextEdit:
     start, end = directive.codes_span
     return _edit(starts, start, end, ", ".join(kept))
 

@@ -75,7 +75,6 @@ class Backprop:
 @dataclass(eq=False)
 class _Facts:
     backprops: list[Backprop]
-    sites: dict[cst.Call, CallSite]
     flows: dict[Backprop, set[cst.CSTNode]]
 
 
@@ -85,15 +84,10 @@ _FACTS: "weakref.WeakKeyDictionary[SemanticModel, _Facts]" = weakref.WeakKeyDict
 def _facts(model: SemanticModel) -> _Facts:
     facts = _FACTS.get(model)
     if facts is None:
-        sites = {site.node: site for site in model.calls}
         backprops = [bp for bp in (_backprop_of(model, site) for site in model.calls) if bp is not None]
-        facts = _Facts(backprops, sites, {})
+        facts = _Facts(backprops, {})
         _FACTS[model] = facts
     return facts
-
-
-def call_site(model: SemanticModel, call: cst.Call) -> Optional[CallSite]:
-    return _facts(model).sites.get(call)
 
 
 # ------------------------------------------------------------------------ backward
@@ -241,6 +235,28 @@ def is_loss_call(model: SemanticModel, call: cst.Call) -> bool:
     return False
 
 
+def loss_inputs(model: SemanticModel, call: cst.Call) -> list[cst.BaseExpression]:
+    """The arguments of a loss call that carry the tensors it computes on.
+
+    CTC takes only `log_probs` from the device: its integer `targets` and lengths are
+    expected on the CPU by some backends (cuDNN's CTC in several torch releases).
+    """
+    if _is_ctc(model, call):
+        log_probs = argument(call, 0, "log_probs")
+        return [log_probs] if log_probs is not None else []
+    return [arg.value for arg in call.args]
+
+
+def _is_ctc(model: SemanticModel, call: cst.Call) -> bool:
+    if model.qualified_name(call.func) in ("torch.nn.functional.ctc_loss", "torch.ctc_loss"):
+        return True
+    callee = peel_self_returning(model.value_at(call.func, call))
+    if isinstance(callee, cst.Call):
+        class_name = model.qualified_name(callee.func) or _dotted_tail(callee.func)
+        return class_name is not None and class_name.endswith("CTCLoss")
+    return False
+
+
 def _direct_calls(model: SemanticModel, backprop: Backprop) -> Iterator[cst.Call]:
     """The call a back-propagated root *is* (through names, `scaler.scale(...)`, `.mean()`,
     `/ steps`), when its callee is named like a loss."""
@@ -381,7 +397,13 @@ def inner_model_use(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTN
         return None
     here = model.scope(at)
     if wrapping.inner_key.startswith("self."):
-        same = here.class_scope is not None and wrapping.scope.class_scope is here.class_scope
+        # Methods run in any order: the attribute must be set nowhere but where it is wrapped.
+        bound_elsewhere = any(
+            model.scope(b.node) is not wrapping.scope
+            for b in model.bindings.get(wrapping.inner_key, ())
+            if b.scope is here.class_scope
+        )
+        same = here.class_scope is not None and wrapping.scope.class_scope is here.class_scope and not bound_elsewhere
     else:
         same = wrapping.scope is here
     return InnerUse(wrapping, None) if same else None

@@ -272,10 +272,21 @@ def _mapping_of_keys(target: cst.BaseExpression, iterable: cst.BaseExpression, k
 
 
 def _startswith_prefixes(owner: cst.CSTNode, key: str) -> list[str]:
-    """The literal prefixes `key.startswith(...)` tests anywhere in the loop or comprehension."""
+    """The literal prefixes `key.startswith(...)` (or `"..." in key`) tests anywhere in the loop
+    or comprehension."""
     prefixes: list[str] = []
 
     class Finder(cst.CSTVisitor):
+        def visit_Comparison(self, node: cst.Comparison) -> None:
+            for target in node.comparisons:
+                if isinstance(target.operator, cst.In) and isinstance(target.comparator, cst.Name) and target.comparator.value == key:
+                    try:
+                        value = literal_value(node.left)
+                    except ValueError:
+                        continue
+                    if isinstance(value, str):
+                        prefixes.append(value)
+
         def visit_Call(self, node: cst.Call) -> None:
             method = method_call(node)
             if method and method[1] == "startswith" and isinstance(method[0], cst.Name) and method[0].value == key:

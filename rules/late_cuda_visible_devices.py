@@ -13,9 +13,8 @@ from dplint.cuda import (
     CudaEvent,
     CudaTimeline,
     VisibleDevicesWrite,
-    certain_calls,
-    cuda_event,
     is_torch_import,
+    starts_process_after,
     visible_devices_writes,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
@@ -40,7 +39,9 @@ class LateCudaVisibleDevices(Rule):
     where that order calls it (`main()` under `if __name__ == "__main__":`), and each
     function body from its start. A call in a branch or loop body that may not run does not
     count. `torch.device("cuda:1")`, `torch.manual_seed` and `torch.cuda.manual_seed_all`
-    do not initialise CUDA and are not counted.
+    do not initialise CUDA and are not counted. A write followed, in the same function, by
+    a call that starts a process (`subprocess.*`, `os.system`, `multiprocessing`,
+    `torch.multiprocessing.spawn`) is left alone: the child gets the new value.
 
     ## Why is this bad?
     The CUDA driver reads `CUDA_VISIBLE_DEVICES` once, when CUDA initialises. After that
@@ -154,7 +155,7 @@ class LateCudaVisibleDevices(Rule):
         timeline = CudaTimeline(model)
         for write in writes:
             event = self._latest_fact(model, timeline, write)
-            if event is None:
+            if event is None or starts_process_after(model, write.node):
                 continue
             line = model.position(event.node)[0].line
             if event.kind == INIT:
@@ -185,12 +186,8 @@ class LateCudaVisibleDevices(Rule):
     @staticmethod
     def _latest_fact(model: SemanticModel, timeline: CudaTimeline, write: VisibleDevicesWrite) -> Optional[CudaEvent]:
         """The most serious thing certainly done before the write, in any run order reaching it."""
-        inputs = tuple(
-            event
-            for expr in write.inputs
-            for call in certain_calls(expr)
-            if (event := cuda_event(model, call)) is not None
-        )
+        # What the write's own statement computes first: `... = str(torch.cuda.device_count())`.
+        inputs = timeline.events_in(next(a for a in model.ancestors(write.node) if isinstance(a, cst.BaseSmallStatement)))
         found = None
         for state in timeline.states(model.statement_of(write.node)):
             for event in state + inputs:
@@ -202,8 +199,10 @@ class LateCudaVisibleDevices(Rule):
     def _fix(model: SemanticModel, write: VisibleDevicesWrite) -> Optional[Fix]:
         statement = model.statement_of(write.node)
         body = list(model.module.body)
-        if statement not in body or len(statement.body) != 1:
+        if not isinstance(statement, cst.SimpleStatementLine) or statement not in body or len(statement.body) != 1:
             return None  # inside a block or a function: moving it would change when it runs
+        if any(isinstance(a, cst.Lambda) for a in model.ancestors(write.node)):
+            return None  # defining the lambda earlier would not run the write earlier
         first_import = next((s for s in body if _imports_torch(s)), None)
         if first_import is None or body.index(first_import) > body.index(statement):
             return None
@@ -225,9 +224,13 @@ class LateCudaVisibleDevices(Rule):
         removed = comments + (leading if blank_after and all(line.comment is None for line in leading) else [])
         lines = [line.comment.value for line in comments]
         lines.append(model.code(statement.with_changes(leading_lines=())).rstrip("\r\n"))
-        root_binding = model.binding_at(write.root.value, statement)
-        if model.binding_at(write.root.value, first_import) is not root_binding:
-            if write.root.value != "os" or model.imports.get("os") != "os":
+        root = write.root.value
+        here, there = model.binding_at(root, statement), model.binding_at(root, first_import)
+        same_module = here is there or (
+            root == "os" and isinstance(getattr(here, "node", None), cst.Import) and isinstance(getattr(there, "node", None), cst.Import)
+        )
+        if not same_module:
+            if root != "os" or there is not None or not isinstance(getattr(here, "node", None), cst.Import):
                 return None
             lines.insert(0, "import os")
         return Fix(

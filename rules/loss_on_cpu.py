@@ -7,8 +7,8 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel
-from dplint.training import host_moves, loss_calls
+from dplint.semantic import SemanticModel, literal_value
+from dplint.training import host_moves, loss_calls, loss_inputs
 
 
 class LossOnCpu(Rule):
@@ -26,8 +26,9 @@ class LossOnCpu(Rule):
     autograd flows back through the copy (`ToCopyBackward0`). The cost is on every step: on
     a GPU each `.cpu()` is a blocking device-to-host copy that synchronises the stream
     (`Tensor.cpu()` has no `non_blocking`), the loss then runs on the CPU, and backward adds
-    a host-to-device copy of the gradient. Metrics computed on host copies *after*
-    `backward()` cost nothing extra per step and are not flagged.
+    a host-to-device copy of the gradient of every copied tensor that needs one. Metrics
+    computed on host copies *after* `backward()` cost nothing extra per step and are not
+    flagged.
 
     ## Example
     ```python
@@ -43,10 +44,15 @@ class LossOnCpu(Rule):
     ```
 
     ## Fix safety
-    The fix removes the `.cpu()` / `.to("cpu")` inside the loss call. It is unsafe: some
-    losses were CPU-only (CTC in older torch, some MPS workarounds) and a custom loss may
-    rely on CPU inputs, so the result may no longer run. A move with other arguments
-    (`.to("cpu", torch.float64)`) or with a comment inside is reported without a fix.
+    The fix removes the `.cpu()` / `.to("cpu")` calls inside the loss call, all of them at
+    once. It is unsafe: some losses were CPU-only (CTC in older torch, some MPS workarounds)
+    and a custom loss may rely on CPU inputs, so the result may no longer run. No fix is
+    offered when an input of the loss is not copied to the host in the call (it already
+    lives there, e.g. labels from a CPU loader: dropping the other copies would mix
+    devices), nor for a move with other arguments (`.to("cpu", torch.float64)`) or with a
+    comment inside.
+    For CTC losses only `log_probs` is checked: some backends expect its integer targets
+    and lengths on the CPU.
     """
 
     code = "DPL003"
@@ -54,7 +60,7 @@ class LossOnCpu(Rule):
     severity = Severity.WARNING
     summary = "back-propagated loss computed on host copies: a blocking device-to-host copy every step"
     fix_applicability = Applicability.UNSAFE
-    tokens = ("cpu",)
+    tokens = ("backward",)  # every flagged loss is back-propagated
 
     VALID = (
         # Metrics on host copies after backward().
@@ -113,7 +119,7 @@ class LossOnCpu(Rule):
             "import torch\n"
             "host = torch.device('cpu')\n"
             "model.cuda()\n"
-            "loss = compute_loss(out.to(host), y)\n"
+            "loss = compute_loss(out.to(host), y.to(host))\n"
             "accelerator.backward(loss)\n",
             expected=(
                 "import torch\n"
@@ -122,6 +128,17 @@ class LossOnCpu(Rule):
                 "loss = compute_loss(out, y)\n"
                 "accelerator.backward(loss)\n"
             ),
+            count=2,
+        ),
+        # `labels` stays on the host (a CPU loader): dropping `.cpu()` alone would mix devices.
+        Example(
+            "import torch.nn as nn\n"
+            "criterion = nn.MSELoss()\n"
+            "for images, labels in loader:\n"
+            "    outputs = model(images.cuda())\n"
+            "    loss = criterion(outputs.cpu(), labels)\n"
+            "    loss.backward()\n",
+            expected=None,
         ),
         # Other arguments to `.to(...)`: reported, not fixed.
         Example(
@@ -136,19 +153,41 @@ class LossOnCpu(Rule):
         seen: set[cst.Call] = set()
         for call in loss_calls(model):
             callee = model.code(call.func)
-            for arg in call.args:
-                for move in host_moves(model, arg.value):
-                    if move in seen:
-                        continue
-                    seen.add(move)
-                    yield Violation(
-                        move,
-                        f"`{_move_text(model, move)}` copies a tensor to the host inside the loss `{callee}(...)`, "
-                        f"whose result is back-propagated: the loss and gradients are the same, but on a GPU every "
-                        f"step pays a blocking device-to-host copy here and a host-to-device copy of the gradient "
-                        f"in backward(); compute the loss on the device and copy only metrics, after backward()",
-                        _drop_move(model, move),
-                    )
+            moves_by_input = [list(host_moves(model, tensor)) for tensor in _tensor_inputs(model, call)]
+            fix = _drop_moves(model, callee, moves_by_input)
+            for move in (move for moves in moves_by_input for move in moves):
+                if move in seen:
+                    continue
+                seen.add(move)
+                yield Violation(
+                    move,
+                    f"`{_move_text(model, move)}` copies a tensor to the host inside the loss `{callee}(...)`, "
+                    f"whose result is back-propagated: the loss and gradients are the same, but on a GPU every "
+                    f"step pays a blocking device-to-host copy here (and, for a tensor that needs grad, a "
+                    f"host-to-device copy of its gradient in backward()); compute the loss on the device and "
+                    f"copy only metrics, after backward()",
+                    fix,
+                )
+
+
+# Loss options that are never tensors: a name there does not say where the loss's inputs live.
+LOSS_OPTIONS = {
+    "reduction", "reduce", "size_average", "ignore_index", "label_smoothing", "beta", "delta", "margin",
+    "p", "eps", "swap", "log_input", "full", "blank", "zero_infinity", "log_target", "distance_function",
+}
+
+
+def _tensor_inputs(model: SemanticModel, call: cst.Call) -> list[cst.BaseExpression]:
+    options = {arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value in LOSS_OPTIONS}
+    return [value for value in loss_inputs(model, call) if value not in options and not _is_literal(value)]
+
+
+def _is_literal(expr: cst.BaseExpression) -> bool:
+    try:
+        literal_value(expr)
+    except ValueError:
+        return False
+    return True
 
 
 def _move_text(model: SemanticModel, move: cst.Call) -> str:
@@ -158,14 +197,25 @@ def _move_text(model: SemanticModel, move: cst.Call) -> str:
     return f".{move.func.attr.value}({arguments})"
 
 
-def _drop_move(model: SemanticModel, move: cst.Call) -> Optional[Fix]:
-    """`out.cpu()` -> `out`; None when more than the move would go."""
+def _drop_moves(model: SemanticModel, callee: str, moves_by_input: list[list[cst.Call]]) -> Optional[Fix]:
+    """Drop every host copy inside the loss call at once, or none: when one input is left on the
+    host (`criterion(out.cpu(), labels)` with `labels` from a CPU loader), dropping the others
+    would mix devices and raise."""
+    if not moves_by_input or any(len(moves) != 1 for moves in moves_by_input):
+        return None
+    moves = [moves[0] for moves in moves_by_input]
+    if not all(_droppable(model, move) for move in moves):
+        return None
+    # Each edit spans a call without its own parentheses, which therefore stay.
+    edits = tuple(Edit(move, move.func.value) for move in moves)
+    return Fix(Applicability.UNSAFE, f"Compute `{callee}(...)` on the device: drop its host copies", edits)
+
+
+def _droppable(model: SemanticModel, move: cst.Call) -> bool:
+    """`out.cpu()` -> `out` removes nothing but the move (no other argument, no comment)."""
     if move.func.attr.value == "cpu" and move.args:
-        return None
+        return False
     if move.func.attr.value == "to" and len(move.args) != 1:
-        return None
+        return False
     removed = move.with_changes(func=move.func.with_changes(value=cst.Name("_")))
-    if "#" in model.code(removed):
-        return None  # a comment inside `.cpu( ... )` would be lost
-    # The edit spans the call without its own parentheses, which therefore stay.
-    return Fix(Applicability.UNSAFE, f"Remove `{_move_text(model, move)}`", (Edit(move, move.func.value),))
+    return "#" not in model.code(removed)

@@ -7,6 +7,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.data import (
+    SAMPLER_SEED,
     SamplerFlow,
     epoch_count_loop,
     is_shuffling_distributed_sampler,
@@ -15,7 +16,7 @@ from dplint.data import (
     trace_sampler,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel
+from dplint.semantic import SemanticModel, argument, literal_value
 
 
 class MissingSetEpoch(Rule):
@@ -27,7 +28,8 @@ class MissingSetEpoch(Rule):
     `loader.batch_sampler.sampler.set_epoch`.
 
     It stays silent when the sampler does not shuffle (`shuffle=False`), when the loader is
-    iterated once, and whenever the sampler or its loader is handed to code the file cannot
+    iterated once or only for evaluation, when the sampler is rebuilt each epoch with a
+    changing `seed=`, and whenever the sampler or its loader is handed to code the file cannot
     see into (a helper such as `train_one_epoch(loader)`, a trainer object, a return): that
     code may call `set_epoch` itself, as Lightning and Accelerate do.
 
@@ -62,7 +64,8 @@ class MissingSetEpoch(Rule):
     `for <name> in range(...)` (or `tqdm(range(...))`, `trange(...)`), there is one such epoch
     loop, and a name bound before the loop reaches the sampler (`sampler`, or
     `train_loader.sampler` when the sampler was created inline). `while` loops,
-    `for _ in ...` and `DistributedSampler(...) if distributed else None` get no fix.
+    `for _ in ...`, and a sampler that may be `None` (`DistributedSampler(...) if ddp else
+    None`, or assigned in one branch of an `if`) get no fix: the call would fail there.
     """
 
     code = "DPL008"
@@ -175,7 +178,7 @@ class MissingSetEpoch(Rule):
                 outer = loops_around(model, loop)
                 if outer and runs_backward(model, loop):
                     epoch_loops.append(outer)
-            if not epoch_loops:
+            if not epoch_loops or _reseeded_each_epoch(model, sampler, epoch_loops):
                 continue
             line = model.position(epoch_loops[0][-1])[0].line
             yield Violation(
@@ -192,7 +195,7 @@ class MissingSetEpoch(Rule):
     @staticmethod
     def _fix(model: SemanticModel, flow: SamplerFlow, epoch_loops: list[list[cst.CSTNode]]) -> Optional[Fix]:
         loops = {loop for outer in epoch_loops for loop in outer}
-        if len(loops) != 1 or flow.maybe_none:
+        if len(loops) != 1:
             return None  # nested candidate loops, or several epoch loops: which one counts epochs?
         (loop,) = loops
         epoch = epoch_count_loop(model, loop)
@@ -209,11 +212,26 @@ class MissingSetEpoch(Rule):
         )
 
 
+def _reseeded_each_epoch(model: SemanticModel, sampler: cst.Call, epoch_loops: list[list[cst.CSTNode]]) -> bool:
+    """`DistributedSampler(ds, seed=base + epoch)` built inside the epoch loop: a new order
+    each epoch without set_epoch (any seed that is not a constant counts: we can't tell)."""
+    seed = argument(sampler, *SAMPLER_SEED)
+    if seed is None:
+        return False
+    try:
+        literal_value(seed)
+        return False
+    except ValueError:
+        pass
+    inside = set(model.ancestors(sampler))
+    return any(loop in inside for loops in epoch_loops for loop in loops)
+
+
 def _name_at(model: SemanticModel, flow: SamplerFlow, at: cst.CSTNode) -> Optional[str]:
     """The shortest expression reaching the sampler at `at`: `sampler`, `loader.sampler`..."""
-    for binding, path in sorted(flow.holders, key=lambda holder: (len(holder[1]), holder[0].order)):
-        if model.binding_at(binding.key, at) is not binding:
-            continue
+    for binding, path, certain in sorted(flow.holders, key=lambda holder: (len(holder[1]), holder[0].order)):
+        if not certain or model.binding_at(binding.key, at) is not binding:
+            continue  # `sampler = None` then `if distributed: sampler = ...`: may be None there
         name = binding.key
         if name.startswith("self."):
             self_name = model.scope(at).self_name

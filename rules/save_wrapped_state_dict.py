@@ -139,10 +139,9 @@ class SaveWrappedStateDict(Rule):
     def _fix(model: SemanticModel, save: SavedWrapperStateDict, receiver: str) -> Optional[Fix]:
         edits = [Edit(save.state_dict.receiver, f"{receiver}.module")]
         loads_into_wrapper = 0
-        safe = save.path is not None and not save.via_name
+        safe = not save.via_name
         for load in checkpoint_facts(model).loads:
-            loaded = load.loaded
-            if loaded is None or loaded.path is None or (loaded.path, loaded.keys) != (save.path, save.keys):
+            if save not in checkpoint_facts(model).wrapper_saves_of(load.loaded):
                 continue
             if load.target_is_wrapper is not None and not is_conditional(model, load.target_wrapper_bindings, load.call):
                 edits.append(Edit(load.target, f"{model.code(load.target)}.module"))

@@ -210,13 +210,13 @@ class StripModule(Rule):
             return f"`{model.code(found.receiver)}.state_dict()` of a {kind}{where}"
         if load.loaded is None:
             return None
-        saves = checkpoint_facts(model).wrapper_saves_to(load.loaded.path, load.loaded.keys)
+        saves = checkpoint_facts(model).wrapper_saves_of(load.loaded)
         if not saves:
             return None
         save = saves[0]
         kind = wrapper_kind_name(save.state_dict.wrapping)
         return (
-            f"the checkpoint '{save.path}'{_keys_text(save.keys)} that line {line(save.save)} saves from "
+            f"the checkpoint {save.path.text}{_keys_text(save.keys)} that line {line(save.save)} saves from "
             f"`{model.code(save.state_dict.receiver)}.state_dict()` of a {kind}"
         )
 
@@ -267,12 +267,12 @@ class StripModule(Rule):
         facts = checkpoint_facts(model)
         saves = []
         for save in facts.saves:
-            if save.path is None:
+            if save.path.literal is None:
                 continue
             start, _ = model.position(save.save)
             saves.append(
                 {
-                    "path": save.path,
+                    "path": save.path.literal,
                     "keys": list(save.keys),
                     "line": start.line,
                     "column": start.column,
@@ -288,14 +288,14 @@ class StripModule(Rule):
                 or load.prefix_consumed
                 or load.wrapper_state_dict is not None
                 or loaded is None
-                or loaded.path is None
-                or facts.wrapper_saves_to(loaded.path, loaded.keys)  # reported by `check`
+                or loaded.path.literal is None
+                or facts.wrapper_saves_of(loaded)  # reported by `check`
             ):
                 continue
             start, end = model.position(load.call)
             loads.append(
                 {
-                    "path": loaded.path,
+                    "path": loaded.path.literal,
                     "keys": list(loaded.keys),
                     "line": start.line,
                     "column": start.column,
@@ -306,6 +306,8 @@ class StripModule(Rule):
                     "strict_false": load.strict_false,
                 }
             )
+        if loads:
+            loads = _unsuppressed(model, loads, self.code)
         if not saves and not loads:
             return None
         return {"saves": saves, "loads": loads}
@@ -323,7 +325,7 @@ class StripModule(Rule):
                     continue
                 file, save = savers[0]
                 origin = (
-                    f"the checkpoint '{save['path']}'{_keys_text(save['keys'])} that {file}:{save['line']} saves "
+                    f"the checkpoint {save['path']!r}{_keys_text(save['keys'])} that {file}:{save['line']} saves "
                     f"from `{save['receiver']}.state_dict()` of a {save['wrapper']}"
                 )
                 yield Finding(
@@ -335,6 +337,25 @@ class StripModule(Rule):
                     location=Position(load["line"], load["column"] + 1),
                     end_location=Position(load["end_line"], load["end_column"] + 1),
                 )
+
+
+def _unsuppressed(model: SemanticModel, loads: list[dict], code: str) -> list[dict]:
+    """The loads whose line no `# noqa: DPL004` / `# dplint: ignore[strip-module]` silences.
+
+    Findings from `check_project` are added after the per-file suppressions ran, so a load
+    that the user silenced is left out of the facts here.
+    """
+    from dplint.suppressions import MAY_HAVE_DIRECTIVE, find_directives
+
+    text = model.module.code
+    if not MAY_HAVE_DIRECTIVE.search(text):
+        return loads
+    directives = find_directives(text) or []
+    return [
+        load
+        for load in loads
+        if not any(d.target_row in (None, load["line"]) and d.covers(code) for d in directives)
+    ]
 
 
 def _root_and_keys(expr: cst.BaseExpression) -> tuple[Optional[str], tuple[str, ...]]:

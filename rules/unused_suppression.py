@@ -20,14 +20,16 @@ _SHUFFLED_LOADER = (
 class UnusedSuppression(Rule):
     """
     ## What it does
-    Flags a suppression comment that suppresses nothing: a `# noqa: DPL004`, a
-    `# dplint: ignore[strip-module]` or a `# dplint: file-ignore[...]` naming a rule that is
-    enabled and reports nothing where the comment applies, or naming a rule that does not
-    exist (a typo such as `strip-modul`).
+    Flags a suppression comment that suppresses nothing: a `# noqa: DPL007`, a
+    `# dplint: ignore[sampler-shuffle]` or a `# dplint: file-ignore[...]` naming a rule that
+    is enabled and reports nothing where the comment applies, or naming a rule that does not
+    exist (a typo such as `sampler-shufle`).
 
     Only what dplint can tell is reported: a bare `# noqa` or `# dplint: ignore` is never
     flagged (it may be meant for another tool, or for a rule not enabled in this run), codes of
-    other tools in a `# noqa` (`E501`) are left alone, and so are rules not enabled in this run.
+    other tools in a `# noqa` (`E501`) are left alone, and so are rules not enabled in this run
+    and rules that also report across files (`strip-module`), whose findings are only known
+    once every file was checked.
 
     ## Why is this bad?
     A stale suppression hides the next real finding on its line. Once the code it excused is
@@ -58,8 +60,9 @@ class UnusedSuppression(Rule):
     severity = Severity.INFO
     summary = "a suppression comment that suppresses nothing"
     fix_applicability = Applicability.SAFE
-    # Every comment this rule reports names a dplint code (`DPL...`) or is a `# dplint:` one.
-    tokens = ("DPL", "dplint")
+    # Every comment this rule reports names a dplint code (`DPL004`, `# noqa: dpl004`) or is a
+    # `# dplint:` one.
+    tokens = ("DPL", "dpl")
 
     VALID = (
         # Used: DPL007 fires on that line.
@@ -80,12 +83,12 @@ class UnusedSuppression(Rule):
         ),
         Example(
             "import os\n"
-            "# dplint: ignore[strip-module]\n"
+            "# dplint: ignore[sampler-shuffle]\n"
             "os.makedirs(out, exist_ok=True)\n",
             expected="import os\nos.makedirs(out, exist_ok=True)\n",
         ),
         Example(
-            "x = compute()  # noqa: E501, DPL004  # long line\n",
+            "x = compute()  # noqa: E501, DPL007  # long line\n",
             expected="x = compute()  # noqa: E501  # long line\n",
         ),
         Example(

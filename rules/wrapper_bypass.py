@@ -25,7 +25,8 @@ class WrapperBypass(Rule):
     silently drift apart (checked on torch 2.13 with gloo: after `model(x)`, rank 0 and
     rank 1 kept gradients 1.0 and 2.0; after `ddp_model(x)`, both had the mean 1.5). No error
     or warning is raised. Under `nn.DataParallel` the batch is not scattered: the step runs
-    on one GPU only.
+    on one GPU only. Reported as an error under DistributedDataParallel (silently wrong
+    results) and as a warning under nn.DataParallel (slow).
 
     Evaluation through the inner model under `torch.no_grad()` is fine and not flagged; so
     is a function that also back-propagates a forward through the wrapper (such as skipping

@@ -9,6 +9,9 @@ from typing import Iterable, Optional
 from dplint.rule import Finding
 
 
+NO_FIX = "no automatic fix for this finding"
+
+
 class Verdict(str, enum.Enum):
     CONFIRMED = "confirmed"  # the original misbehaves and the fixed copy does not
     FIX_FAILED = "fix-failed"  # the fixed copy still misbehaves (or the fix broke it)
@@ -144,7 +147,7 @@ def decide(case: Case, bad_original: bool, bad_fixed: bool, original: str, fixed
     if not bad_original:
         return Judgement(Verdict.NOT_REPRODUCED, original, fixed)
     if not case.fix_applied:
-        prefix = "no automatic fix for this finding; "
+        prefix = NO_FIX + "; "
         if bad_fixed:
             return Judgement(Verdict.CONFIRMED, original, prefix + "the copy misbehaves the same: " + fixed)
         return Judgement(Verdict.CONFIRMED, original, prefix + fixed)

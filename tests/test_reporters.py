@@ -294,3 +294,33 @@ def test_statistics(cli, project):
 def test_reporters_accept_the_shared_arguments(name):
     finding = odd_finding(fix_applicability=Applicability.UNSAFE)
     assert isinstance(REPORTERS[name]([finding], unsafe_fixes=True, files=["x.py"], root="/"), str)
+
+
+# ---------------------------------------------------------------------------- the documented workflow
+def test_github_actions_snippet_uploads_the_sarif_file_dplint_writes(cli, project):
+    """The documentation's workflow parses, and its dplint step, run as written, writes the
+    valid SARIF file that its upload step names."""
+    import shlex
+
+    import yaml
+
+    from conftest import ROOT
+
+    docs = [d.read_text() for d in (ROOT / "README.md", ROOT / "docs" / "ci.md") if d.exists()]
+    snippet = next(b for doc in docs for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "upload-sarif" in b)
+    workflow = yaml.safe_load(snippet)
+    assert workflow["permissions"]["security-events"] == "write"
+    (job,) = workflow["jobs"].values()
+    steps = job["steps"]
+    (upload,) = [step for step in steps if step.get("uses", "").startswith("github/codeql-action/upload-sarif@")]
+    assert "cancelled()" in upload["if"]  # uploaded even when the check step failed on findings
+    (run_dplint,) = [step["run"] for step in steps if step.get("run", "").startswith("dplint check")]
+    arguments = shlex.split(run_dplint)[1:]
+    assert arguments[arguments.index("--output-format") + 1] == "sarif"
+    assert arguments[arguments.index("-o") + 1] == upload["with"]["sarif_file"]
+
+    result = cli(*arguments, cwd=project)
+    assert result.returncode == 1, result.stderr  # findings: the step fails the job
+    log = json.loads((project / upload["with"]["sarif_file"]).read_text())
+    assert list(sarif_validator().iter_errors(log)) == []
+    assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in log["runs"][0]["results"]} == {"src/train.py"}

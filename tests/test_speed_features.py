@@ -34,11 +34,10 @@ def as_dicts(findings) -> list[dict]:
     return [finding_to_dict(finding) for finding in findings]
 
 
-@pytest.fixture
-def no_prefilter(monkeypatch):
-    """Every rule runs on every file, as if no rule declared tokens."""
-    monkeypatch.setattr(dplint.engine, "could_match", lambda text, rule: True)
-    monkeypatch.setattr(dplint.runner, "may_match", lambda text, codes: True)
+@pytest.fixture(autouse=True)
+def pinned_code_fingerprint(monkeypatch):
+    """dplint's source may be edited while the tests run (which rightly empties the cache)."""
+    monkeypatch.setattr(dplint.cache, "code_fingerprint", lambda: "pinned")
 
 
 @pytest.fixture
@@ -57,10 +56,14 @@ def parse_calls(monkeypatch) -> list[int]:
 
 @pytest.fixture
 def project(tmp_path) -> Path:
-    """Two copies of the fixtures: enough files for the process pool, with findings in several."""
+    """The first flagged script of every rule's fixtures, and a clean one: enough files for the
+    process pool, findings in most of them."""
     folder = tmp_path / "project"
-    for copy in ("b", "a"):
-        shutil.copytree(FIXTURES, folder / copy, ignore=shutil.ignore_patterns("*.fixed", "*.txt"))
+    scripts = [sorted(d.glob("bad_*.py"))[0] for d in sorted(FIXTURES.iterdir()) if list(d.glob("bad_*.py"))]
+    scripts += sorted((FIXTURES / "clean").glob("*.py"))[:1] + sorted((FIXTURES / "cross-file").glob("*.py"))
+    for script in scripts:
+        (folder / script.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(script, folder / script.parent.name / script.name)
     return folder
 
 
@@ -162,6 +165,27 @@ def test_cache_is_invalidated_by_dplint_version_and_code(project, tmp_path, pars
     assert parse_calls
 
 
+def test_warm_cache_runs_no_project_check(project, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    settings = Settings(root=str(project))
+    cold = dplint.runner.run([str(project)], settings, jobs=1, cache_dir=str(cache))
+    assert any(report.facts for report in cold.files), "the cross-file fixtures report facts"
+    calls = []
+    real = dplint.runner.project_findings
+    monkeypatch.setattr(dplint.runner, "project_findings", lambda reports: calls.append(1) or real(reports))
+    warm = dplint.runner.run([str(project)], settings, jobs=1, cache_dir=str(cache))
+    assert calls == []
+    assert as_dicts(warm.findings) == as_dicts(cold.findings)
+    train = next(project.rglob("cross-file/train.py"))
+    train.write_text(train.read_text() + "\n# edited\n")  # same facts: still no project check
+    dplint.runner.run([str(project)], settings, jobs=1, cache_dir=str(cache))
+    assert calls == []
+    train.write_text("")  # its facts are gone: checked again
+    after = dplint.runner.run([str(project)], settings, jobs=1, cache_dir=str(cache))
+    assert calls == [1]
+    assert as_dicts(after.findings) == as_dicts(dplint.runner.run([str(project)], settings, jobs=1).findings)
+
+
 def test_cached_findings_carry_the_path_as_named_in_this_run(project, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     absolute = run_report([project], jobs=1, cache_dir=str(cache))
@@ -227,6 +251,8 @@ def modules_after(code: str) -> set[str]:
 def cli_modules(*args: str) -> str:
     return (
         "import runpy, sys\n"
+        "import dplint.cache\n"
+        "dplint.cache.code_fingerprint = lambda: 'pinned'  # see pinned_code_fingerprint\n"
         f"sys.argv = ['dplint', *{list(args)!r}]\n"
         "try:\n"
         "    runpy.run_module('dplint', run_name='__main__')\n"

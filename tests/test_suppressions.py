@@ -59,6 +59,12 @@ def test_comment_naming_other_rules_does_not_silence(comment):
     assert (3, 25, "DPL007") in found(HEAD + FLAGGED + comment + "\n")
 
 
+@pytest.mark.parametrize("comment", ["  # dplint: ignore[sampler-shuffle", "  # dplint: ignore-sampler-shuffle"])
+def test_malformed_dplint_comment_silences_nothing(comment):
+    """Not a directive: above all it must not turn into a bare one that silences everything."""
+    assert found(HEAD + FLAGGED + comment + "\n") == [(3, 25, "DPL007")]
+
+
 def test_dplint_form_on_the_line_above():
     assert found(HEAD + "# dplint: ignore[sampler-shuffle]\n" + FLAGGED + "\n") == []
     assert found(HEAD + "    # dplint: ignore[DPL007]  (stub sampler)\n".lstrip() + FLAGGED + "\n") == []

@@ -71,12 +71,15 @@ def order(run: RunView) -> tuple[bool, str, dict | None]:
     return False, f"{VARIABLE}={write['value']!r} was written (line {write['line']}) before any CUDA query", write
 
 
-def requested(value: str) -> int:
-    """How many devices a CUDA_VISIBLE_DEVICES value makes visible (CUDA stops at the first invalid entry)."""
+def requested(value: str, available: int | None = None) -> int:
+    """How many devices a CUDA_VISIBLE_DEVICES value makes visible on a machine with
+    `available` devices: CUDA stops at the first entry that is not a valid device."""
     count = 0
     for part in value.split(","):
         part = part.strip()
         if not part or part.startswith("-"):
+            break
+        if part.isdigit() and available is not None and int(part) >= available:
             break
         count += 1
     return count
@@ -91,7 +94,9 @@ def judge(case: Case) -> Judgement:
         return Judgement(Verdict.NO_RUNTIME_EFFECT, original + ": the value takes effect in this run", fixed)
     if not case.original.cuda:
         return Judgement(Verdict.NEEDS_GPU, original + "; without CUDA there is nothing to hide", fixed)
-    visible, asked = case.original.device_count, requested(write["value"])
+    # The original run sees every device (the late value was ignored): that is the machine's count.
+    visible = case.original.device_count
+    asked = requested(write["value"], visible)
     original += f"; device_count() is {visible} where the variable asks for {asked}"
     ended_fixed = case.fixed.ends
     if ended_fixed:

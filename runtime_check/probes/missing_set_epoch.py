@@ -36,32 +36,49 @@ def install(context) -> None:
     DistributedSampler.__init__, DistributedSampler.__iter__ = __init__, __iter__
 
 
-def orders(case: Case, run: RunView) -> list[dict]:
-    """Rank 0's iterations of the flagged sampler (or of every shuffling one)."""
+def orders(case: Case, run: RunView) -> dict[int, list[dict]]:
+    """rank -> its iterations of the flagged sampler (or of every shuffling one)."""
     found = case.near(run, "sampler", ("line", "created_at")) or run.all("sampler")
-    first = run.ranks[0] if run.ranks else 0
-    return [e for e in found if e["shuffle"] and e["rank"] == first]
+    by_rank: dict[int, list[dict]] = {}
+    for event in found:
+        if event["shuffle"]:
+            by_rank.setdefault(event["rank"], []).append(event)
+    return by_rank
 
 
-def describe(events: list[dict]) -> tuple[bool, str]:
-    a, b = events[0], events[1]
-    same = a["first"] == b["first"]
-    shown = lambda e: "[" + ", ".join(map(str, e["first"][:SHOWN])) + ", ...]"
-    if same:
+def shown(event: dict) -> str:
+    return "[" + ", ".join(map(str, event["first"][:SHOWN])) + ", ...]"
+
+
+def describe(by_rank: dict[int, list[dict]]) -> tuple[bool, str]:
+    """(did every rank repeat its order?, evidence) from the first two epochs of each rank."""
+    repeated = {rank: events[0]["first"] == events[1]["first"] for rank, events in by_rank.items()}
+    first_rank = min(by_rank)
+    a, b = by_rank[first_rank][:2]
+    ranks = "every rank" if len(by_rank) > 1 else f"rank {first_rank}"
+    if all(repeated.values()):
+        starts = "; ".join(f"rank {rank} {shown(events[0])}" for rank, events in sorted(by_rank.items()))
         return True, (
-            f"rank 0: epochs 1 and 2 both started {shown(a)} (sampler.epoch stayed {a['epoch']}, line {a['line']}): "
-            "every epoch repeats one order"
+            f"on {ranks} epochs 1 and 2 started alike ({starts}; sampler.epoch stayed {a['epoch']}, "
+            f"loop at line {a['line']}): every epoch repeats one order"
         )
-    return False, f"rank 0: epoch 1 started {shown(a)}, epoch 2 {shown(b)} (sampler.epoch {a['epoch']} then {b['epoch']})"
+    if any(repeated.values()):
+        same = ", ".join(str(rank) for rank, value in sorted(repeated.items()) if value)
+        return True, f"rank(s) {same} started epochs 1 and 2 alike ({shown(a)}); the others did not"
+    return False, (
+        f"on {ranks} epoch 2 started in a new order (rank {first_rank}: {shown(a)} then {shown(b)}; "
+        f"sampler.epoch {a['epoch']} then {b['epoch']})"
+    )
 
 
 def judge(case: Case) -> Judgement:
-    original, fixed = orders(case, case.original), orders(case, case.fixed)
-    if len(original) < 2:
-        return Judgement(Verdict.NOT_REACHED, f"the shuffling sampler ran {len(original)} epoch(s); two are needed",
-                         "" if len(fixed) < 2 else describe(fixed)[1])
+    original = {r: e for r, e in orders(case, case.original).items() if len(e) >= 2}
+    fixed = {r: e for r, e in orders(case, case.fixed).items() if len(e) >= 2}
+    if not original:
+        return Judgement(Verdict.NOT_REACHED, "the shuffling sampler did not run two epochs on any rank",
+                         describe(fixed)[1] if fixed else "the sampler did not run two epochs")
     bad_original, original_text = describe(original)
-    if len(fixed) < 2:
-        return decide(case, bad_original, True, original_text, f"the sampler ran {len(fixed)} epoch(s) in the fixed copy")
+    if not fixed:
+        return decide(case, bad_original, True, original_text, "the sampler did not run two epochs in the fixed copy")
     bad_fixed, fixed_text = describe(fixed)
     return decide(case, bad_original, bad_fixed, original_text, fixed_text)

@@ -31,18 +31,18 @@ def install(context) -> None:
 
 
 def describe(case: Case, run: RunView) -> tuple[bool, bool, str]:
-    """(a 0-d output seen?, did it break?, evidence)."""
+    """(a 0-d loss went through DataParallel?, did backward() break?, evidence)."""
     outputs = [e for e in (case.near(run, "dp-output") or run.all("dp-output")) if e["grad"]]
     if not outputs:
         return False, False, "no DataParallel training forward ran"
     scalar = [e for e in outputs if e["ndim"] == 0]
-    gathered = [e for e in outputs if e["ndim"] == 1 and e["shape"] and run.all("gather-warning")]
-    errors = run.all("backward-error")
-    if gathered or errors:
-        text = f"DataParallel gathered the 0-d losses into a vector of {gathered[0]['shape'][0] if gathered else '?'} (line {(gathered or outputs)[0]['line']})"
+    gathered = [e for e in outputs if e["ndim"] == 1 and run.all("gather-warning")]
+    errors = case.after(run, "backward-error") or run.all("backward-error")
+    if gathered:
+        text = f"DataParallel gathered the 0-d losses into a vector of {gathered[0]['shape'][0]} (line {gathered[0]['line']})"
         if errors:
-            text += f"; backward() raised {errors[0]['error']}"
-        return True, True, text
+            return True, True, text + f"; backward() raised {errors[0]['error']}"
+        return True, False, text + "; backward() ran without error"
     if scalar:
         return True, False, f"the forward returned a 0-d loss through DataParallel (line {scalar[0]['line']}) on one device"
     return False, False, f"the DataParallel forward returned a {outputs[0]['ndim']}-d tensor (line {outputs[0]['line']})"
@@ -55,5 +55,7 @@ def judge(case: Case) -> Judgement:
         verdict = Verdict.NOT_REACHED if "no DataParallel" in original else Verdict.NOT_REPRODUCED
         return Judgement(verdict, original, fixed)
     if not broke:
-        return Judgement(Verdict.NEEDS_GPU, original + f": nothing shows with {case.gpus} GPU(s); this needs 2", fixed)
+        if case.gpus < 2:
+            return Judgement(Verdict.NEEDS_GPU, original + f": nothing shows with {case.gpus} GPU(s); this needs 2", fixed)
+        return Judgement(Verdict.NOT_REPRODUCED, original, fixed)
     return decide(case, True, fixed_broke, original, fixed)

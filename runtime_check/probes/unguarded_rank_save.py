@@ -27,7 +27,9 @@ def writers(case: Case, run: RunView) -> tuple[str | None, list[int], int | None
 
 def describe(path, ranks, line, world: int) -> str:
     name = os.path.basename(path)
-    if len(ranks) > 1:
+    if len(ranks) == 2:
+        return f"ranks {ranks[0]} and {ranks[1]} both wrote {name} (line {line}) at the same time"
+    if len(ranks) > 2:
         return f"ranks {', '.join(map(str, ranks))} all wrote {name} (line {line}) at the same time"
     return f"only rank {ranks[0]} of {world} wrote {name} (line {line})"
 

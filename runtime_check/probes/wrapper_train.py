@@ -15,9 +15,19 @@ def install(context) -> None:
 
 
 def training_forwards(run: RunView) -> list[dict]:
-    """Rank 0's forwards with gradients on (the training steps)."""
+    """Rank 0's forwards with gradients on (the training steps) of one wrapper: the one
+    whose flag went stale, else the one with the most forwards."""
     first = run.ranks[0] if run.ranks else 0
-    return [e for e in run.all("forward") if e["grad"] and e["rank"] == first]
+    by_wrapper: dict[int, list[dict]] = {}
+    for event in run.all("forward"):
+        if event["grad"] and event["rank"] == first:
+            by_wrapper.setdefault(event["number"], []).append(event)
+    if not by_wrapper:
+        return []
+    return max(
+        by_wrapper.values(),
+        key=lambda events: (any(e["wrapper_training"] != e["inner_training"] for e in events), len(events)),
+    )
 
 
 def flags(run: RunView) -> tuple[str, list[tuple]]:

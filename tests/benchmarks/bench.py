@@ -12,7 +12,8 @@ installed torch (found without importing it) into the work folder, because a che
 dplint runs as `dplint check --output-format json`; "cold" starts each run from an empty
 cache folder, "warm" reuses a filled one. TorchFix and Fixit have no cache: each runs in its
 own virtualenv (TorchFix pins an older LibCST), created under --work-dir on first use with
-pip, and only on (a), (b) and (d). Every cell is the median wall time of the runs. "same as
+pip, and only on (a), (b) and (d). Every cell is the median over the runs of the wall time, and of the CPU time (user + system,
+all processes: steadier than wall time on a busy machine). "same as
 unfiltered" compares dplint's findings with a run where every rule sees every file (no
 pre-filter, no cache), so a speed-up that loses findings shows.
 
@@ -28,6 +29,7 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -67,6 +69,8 @@ class Corpus:
 class Timing:
     cold: list[float] = field(default_factory=list)
     warm: list[float] = field(default_factory=list)
+    cold_cpu: list[float] = field(default_factory=list)  # user + system seconds, all processes
+    warm_cpu: list[float] = field(default_factory=list)
     findings: int | None = None
     note: str = ""
 
@@ -173,10 +177,16 @@ FIXIT_FINDING = re.compile(r"^.+@\d+:\d+ \w+: ", re.M)
 
 
 # ------------------------------------------------------------------------------- running
-def timed(command: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+def timed(command: list[str], cwd: Path, cpu: list[float] | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Wall seconds of one run; its CPU seconds (all its processes) are appended to `cpu`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    return time.perf_counter() - start, result
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return wall, result
 
 
 def dplint_findings(result: subprocess.CompletedProcess) -> list[dict]:
@@ -199,11 +209,11 @@ def bench_dplint(corpus: Corpus, args, work: Path) -> tuple[Timing, str]:
     keys = None
     for _ in range(args.runs):
         shutil.rmtree(cache, ignore_errors=True)
-        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], work)
+        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], work, timing.cold_cpu)
         timing.cold.append(seconds)
         keys = finding_keys(dplint_findings(result))
     for _ in range(args.runs):
-        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], work)
+        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], work, timing.warm_cpu)
         timing.warm.append(seconds)
         if finding_keys(dplint_findings(result)) != keys:
             timing.note = "warm findings DIFFER from cold"
@@ -222,7 +232,7 @@ def bench_peer(name: str, program: Path, corpus: Corpus, args, work: Path) -> Ti
     command = [str(program), *paths] if name == "torchfix" else [str(program), "lint", *paths]
     pattern = TORCHFIX_FINDING if name == "torchfix" else FIXIT_FINDING
     for _ in range(args.peer_runs):
-        seconds, result = timed(command, work)
+        seconds, result = timed(command, work, timing.cold_cpu)
         timing.cold.append(seconds)
         timing.findings = len(pattern.findall(result.stdout + result.stderr))
     return timing
@@ -264,23 +274,24 @@ def main() -> None:
         print(f"# {peer_version(program, name)}")
     print(f"# median wall seconds: dplint over {args.runs} runs, peers over {args.peer_runs}")
     print()
-    print("| corpus | files | lines | tool | cold s | warm s | findings | dplint cold / tool | same as unfiltered |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---|")
+    print("| corpus | files | lines | tool | cold s | cold CPU s | warm s | warm CPU s | findings | dplint cold / tool | same as unfiltered |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for corpus in corpora:
         ours, same = bench_dplint(corpus, args, work)
         label = f"({corpus.key}) {corpus.title}"
         if corpus.key == "a":
             digest = hashlib.sha256(corpus.paths[0].read_bytes()).hexdigest()[:8]
             label += f" [{digest}]"
-        print(f"| {label} | {corpus.files} | {corpus.lines} | dplint | {seconds(ours.cold)} | {seconds(ours.warm)} "
-              f"| {ours.findings} | 1 | {same}{'; ' + ours.note if ours.note else ''} |", flush=True)
+        print(f"| {label} | {corpus.files} | {corpus.lines} | dplint | {seconds(ours.cold)} | {seconds(ours.cold_cpu)} "
+              f"| {seconds(ours.warm)} | {seconds(ours.warm_cpu)} | {ours.findings} | 1 "
+              f"| {same}{'; ' + ours.note if ours.note else ''} |", flush=True)
         if corpus.key not in PEER_CORPORA:
             continue
         for name, program in peers.items():
             theirs = bench_peer(name, program, corpus, args, work)
             ratio = statistics.median(ours.cold) / statistics.median(theirs.cold)
-            print(f"| | | | {name} | {seconds(theirs.cold)} | (no cache) | {theirs.findings} | {ratio:.3f} "
-                  f"({1 / ratio:.1f}x faster) | |", flush=True)
+            print(f"| | | | {name} | {seconds(theirs.cold)} | {seconds(theirs.cold_cpu)} | (no cache) | | {theirs.findings} "
+                  f"| {ratio:.3f} ({1 / ratio:.1f}x faster) | |", flush=True)
 
 
 if __name__ == "__main__":
