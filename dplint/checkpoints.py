@@ -411,10 +411,18 @@ def _loaded_checkpoint(model: SemanticModel, expr: Optional[cst.BaseExpression],
     return None, False
 
 
+_CONSUMED: "weakref.WeakKeyDictionary[SemanticModel, list]" = weakref.WeakKeyDictionary()
+
+
 def _consumed_objects(model: SemanticModel) -> list[tuple[Binding, tuple[str, ...], int]]:
     """The objects `consume_prefix_in_state_dict_if_present(x, "module.")` strips: (binding of
     the root name, literal keys below it, order of the call)."""
-    found = []
+    if model not in _CONSUMED:
+        _CONSUMED[model] = list(_find_consumed_objects(model))
+    return _CONSUMED[model]
+
+
+def _find_consumed_objects(model: SemanticModel):
     for site in model.calls:
         if site.qualified_name != CONSUME_PREFIX:
             continue
@@ -432,8 +440,7 @@ def _consumed_objects(model: SemanticModel) -> list[tuple[Binding, tuple[str, ..
         name = model.binding_key(expr, site.node)
         binding = model.binding_at(name, site.node) if name else None
         if binding is not None:
-            found.append((binding, tuple(keys), site.order))
-    return found
+            yield binding, tuple(keys), site.order
 
 
 def _state_dict_loads(model: SemanticModel):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 import click
 
@@ -249,7 +248,7 @@ def explain(rule: str) -> None:
     click.echo(found.documentation())
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, add_help_option=False)
 @click.argument("script", type=click.Path())
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context

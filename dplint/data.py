@@ -200,7 +200,7 @@ def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...
         flow.escapes = True
         return
     for node, scope, _ in model.references.get(key, ()):
-        if not _is_load(model, node) or model._owner_scope(key, scope) is not owner:
+        if not _is_load(model, node) or model.owner_scope(key, scope) is not owner:
             continue  # a store, or another variable of the same name
         if not key.startswith("self.") and scope is not owner:
             flow.escapes = True  # read inside a nested function: runs when (and if) it is called

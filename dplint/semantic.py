@@ -39,6 +39,8 @@ CANONICAL_NAMES = {
     "torch.serialization.save": "torch.save",
     "torch.serialization.load": "torch.load",
     "torch.distributed.distributed_c10d.init_process_group": "torch.distributed.init_process_group",
+    "torch.multiprocessing.spawn.spawn": "torch.multiprocessing.spawn",
+    "torch.distributed.optim.zero_redundancy_optimizer.ZeroRedundancyOptimizer": "torch.distributed.optim.ZeroRedundancyOptimizer",
 }
 
 WRAPPER_KINDS = {
@@ -256,6 +258,14 @@ class SemanticModel:
         if isinstance(expr, cst.Call) and self.qualified_name(expr.func) in qualified_names:
             return expr
         return None
+
+    def nodes(self) -> Iterator[cst.CSTNode]:
+        """Every node of the module except the module itself, in source order (no tree walk)."""
+        return iter(self._parent)
+
+    def owner_scope(self, key: str, scope: Scope) -> Optional[Scope]:
+        """The scope whose binding of `key` a read in `scope` sees (Python's scoping rules)."""
+        return self._owner_scope(key, scope)
 
     def _owner_scope(self, key: str, scope: Scope) -> Optional[Scope]:
         if key.startswith("self."):

@@ -75,7 +75,9 @@ class HandRolledStrip(Rule):
     severity = Severity.ERROR
     summary = "`module.` prefix stripped by hand (`lstrip`, `k[7:]`, `replace`) instead of consume_prefix_in_state_dict_if_present"
     fix_applicability = Applicability.UNSAFE
-    tokens = ("module", "state_dict", "load(")
+    # A literal starting with "module" (lstrip, replace, startswith guards, len("module.")), or
+    # the `7:` of an unguarded `k[7:]`. Not plain "module": every file with `nn.modules` has it.
+    tokens = ('"module', "'module", "7:", "7 :")
 
     VALID = (
         # torch.compile's prefix, handled on purpose.
@@ -203,7 +205,8 @@ def _candidates(model: SemanticModel) -> Iterator[tuple[cst.BaseExpression, str,
             new = literal_value(argument(site.node, 1)) if method[1] == "replace" else ""
         except ValueError:
             continue
-        if isinstance(old, str) and old.startswith("module") and new == "":
+        # Exactly the wrapper's prefix: `k.replace("module.visual.trunk.", "")` strips another one.
+        if old in GUARD_PREFIXES and new == "":
             yield site.node, method[0].value, method[1]
     found: list[cst.Subscript] = []
 

@@ -54,7 +54,7 @@ class SaveWrappedStateDict(Rule):
     severity = Severity.WARNING
     summary = "`torch.save(wrapper.state_dict())`: the checkpoint's keys carry `module.`"
     fix_applicability = Applicability.SAFE
-    tokens = ("state_dict",)
+    tokens = ("DataParallel",)  # every flagged save is of a DataParallel or DistributedDataParallel
 
     VALID = (
         "import torch\nimport torch.nn as nn\n"

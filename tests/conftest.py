@@ -15,7 +15,9 @@ def lint(code: str, path: str = "example.py", select=None):
     from dplint.engine import lint_source, rules_for
     from dplint.registry import selected_codes
 
-    return lint_source(code, path, rules_for(selected_codes(select))).findings
+    result = lint_source(code, path, rules_for(selected_codes(select)))
+    assert not result.errors, result.errors  # a crashing rule must not pass for a silent one
+    return result.findings
 
 
 def fix(code: str, path: str = "example.py", unsafe: bool = True, select=None, only=None):

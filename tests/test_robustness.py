@@ -161,14 +161,16 @@ def test_a_coding_cookie_round_trips_bytes_it_does_not_understand(cli, tmp_path)
 
 
 # ------------------------------------------------------------------------------ empty, huge
-@pytest.mark.parametrize("content", [b"", b"\xef\xbb\xbf", b"\n\n", b"   ", b"# only a comment", b"\r\n"])
-def test_empty_files_are_clean_and_left_alone(cli, tmp_path, content):
-    script = tmp_path / "empty.py"
-    script.write_bytes(content)
-    (tmp_path / "shuffle.py").write_bytes(content)  # named like a token: still nothing to parse
+EMPTY_FILES = {"empty.py": b"", "bom_only.py": b"\xef\xbb\xbf", "blank_lines.py": b"\n\n", "spaces.py": b"   ",
+               "comment.py": b"# only a comment", "crlf.py": b"\r\n", "shuffle.py": b""}  # (named like a token)
+
+
+def test_empty_files_are_clean_and_left_alone(cli, tmp_path):
+    for name, content in EMPTY_FILES.items():
+        (tmp_path / name).write_bytes(content)
     result = cli("fix", ".", cwd=tmp_path)
     assert (result.returncode, out(result), result.stderr) == (0, ["All checks passed!"], b"")
-    assert script.read_bytes() == content
+    assert {name: (tmp_path / name).read_bytes() for name in EMPTY_FILES} == EMPTY_FILES
 
 
 def test_empty_file_through_the_engine_too():
@@ -458,12 +460,11 @@ def test_deep_stack_restores_the_recursion_limit_and_reraises():
     assert sys.getrecursionlimit() == limit
 
 
-def test_deeply_nested_code_is_fixed_without_crashing(cli, tmp_path):
-    (tmp_path / "deep.py").write_text(deep_and_chain(10_000))
+def test_a_long_expression_is_fixed_without_crashing(cli, tmp_path):
+    """2,000 terms: past Python's default recursion limit for LibCST's visitors."""
     (tmp_path / "sum.py").write_text(long_sum(2_000))
     result = cli("fix", ".", cwd=tmp_path)
-    assert (result.returncode, result.stderr) == (0, b"Fixed 2 problems in 2 files.\n")
-    assert (tmp_path / "deep.py").read_text() == deep_and_chain(10_000).replace("shuffle=True, ", "")
+    assert (result.returncode, result.stderr) == (0, b"Fixed 1 problem in 1 file.\n")
     assert (tmp_path / "sum.py").read_text() == long_sum(2_000).replace("shuffle=True, ", "")
 
 

@@ -426,6 +426,8 @@ def test_hand_rolled_strip_lstrip_fact_in_message():
         "x = [k[7:] for k in sorted(sd)]\n",  # not the mapping itself
         "x = {k.strip('module.'): v for k, v in sd.items()}\n",
         "x = {name[7:]: v for k, v in sd.items()}\n",  # not the key variable
+        # Another prefix that happens to start with "module." (timm's fastvit does this).
+        "x = {k.replace('module.visual.trunk.', ''): v for k, v in sd.items() if k.startswith('module.visual.trunk')}\n",
     ],
 )
 def test_hand_rolled_strip_near_misses(line):
