@@ -30,6 +30,7 @@ from dplint.semantic import (
     argument,
     literal_value,
     method_call,
+    own_returns,
     peel_self_returning,
 )
 
@@ -232,7 +233,7 @@ def _constructed_class(model: SemanticModel, call: cst.Call, depth: int) -> Opti
     definitions = model.functions.get(local, [])
     if len(definitions) != 1 or not all(binding.node is definitions[0] for binding in bindings):
         return None
-    returns = _returns(definitions[0])
+    returns = own_returns(definitions[0])
     if not returns:
         return None
     classes = set()
@@ -249,27 +250,6 @@ def _constructed_class(model: SemanticModel, call: cst.Call, depth: int) -> Opti
 
 def _is_class_name(name: str) -> bool:
     return name[:1].isupper() and any(ch.islower() for ch in name)
-
-
-def _returns(function: cst.FunctionDef) -> list[cst.Return]:
-    """The function's own return statements (not those of nested functions or classes)."""
-    found: list[cst.Return] = []
-
-    class Collector(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is function
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
-
-    function.visit(Collector())
-    return found if all(statement.value is not None for statement in found) else []
 
 
 # ------------------------------------------------------------------------ state dicts

@@ -131,6 +131,7 @@ class SemanticModel:
         self.imports: dict[str, str] = {}  # local name -> qualified name
         self.calls: list[CallSite] = []
         self.bindings: dict[str, list[Binding]] = {}  # key -> bindings in source order
+        self.bindings_by_node: dict[cst.CSTNode, list[Binding]] = {}  # binding statement -> its bindings
         self.loops: list[Loop] = []
         self.functions: dict[str, list[cst.FunctionDef]] = {}
         self.classes: dict[str, cst.ClassDef] = {}
@@ -237,13 +238,17 @@ class SemanticModel:
         return live
 
     def value_at(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None,
-                 depth: int = 8) -> Optional[cst.BaseExpression]:
+                 depth: int = 8, peel: bool = False) -> Optional[cst.BaseExpression]:
         """Follow names to the expression they were last assigned; None when unknown.
 
         A non-name expression is returned as it is. `at` defaults to the expression itself.
+        With `peel`, self-returning calls are looked through as well: after
+        `model = DDP(model); model = model.to(device)`, `model` holds the `DDP(...)` call.
         """
         at = expr if at is None else at
         while depth > 0 and expr is not None:
+            if peel:
+                expr = peel_self_returning(expr)
             key = self.binding_key(expr, at)
             if key is None or key in ("True", "False", "None"):
                 return expr
@@ -307,29 +312,26 @@ class SemanticModel:
             )
 
     def _binding_of_value(self, call: cst.Call) -> Optional[Binding]:
-        """The binding whose value is `call`, possibly under `.cuda()`/`.to()`."""
+        """The binding whose value is `call`, possibly under `.cuda()`/`.to()` or as one branch
+        of a conditional expression (`net = DP(model) if n > 1 else model`)."""
         for ancestor in self.ancestors(call):
             if isinstance(ancestor, (cst.Assign, cst.AnnAssign)):
-                value = peel_self_returning(ancestor.value)
-                if value is not call:
+                if not any(value is call for value in _possible_values(ancestor.value)):
                     return None
-                for bindings in self.bindings.values():
-                    for binding in bindings:
-                        if binding.node is ancestor:
-                            return binding
+                for binding in self.bindings_by_node.get(ancestor, ()):
+                    return binding
                 return None
-            if not isinstance(ancestor, (cst.Call, cst.Attribute, cst.Arg)):
+            if not isinstance(ancestor, (cst.Call, cst.Attribute, cst.Arg, cst.IfExp)):
                 return None
         return None
 
     def wrapping_bound_to(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None) -> Optional[Wrapping]:
-        """The wrapping an expression holds: `model_dp` after `model_dp = nn.DataParallel(m)`."""
-        value = peel_self_returning(self.value_at(expr, at))
-        if not isinstance(value, cst.Call):
-            return None
-        for wrapping in self.wrappings:
-            if wrapping.call is value:
-                return wrapping
+        """The wrapping an expression holds: `model_dp` after `model_dp = nn.DataParallel(m)`
+        (also when only one branch of `DP(m) if n > 1 else m` wraps)."""
+        for value in _possible_values(self.value_at(expr, at, peel=True)):
+            for wrapping in self.wrappings:
+                if wrapping.call is value:
+                    return wrapping
         return None
 
     def wrapping_of_inner(self, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[Wrapping]:
@@ -410,6 +412,37 @@ def peel_self_returning(expr: Optional[cst.BaseExpression]) -> Optional[cst.Base
     ):
         expr = expr.func.value
     return expr
+
+
+def own_returns(function: cst.FunctionDef) -> list[cst.Return]:
+    """The function's own return statements (not those of nested functions or classes);
+    empty when any of them returns nothing, since then the function may return None."""
+    found: list[cst.Return] = []
+
+    class Collector(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+    function.visit(Collector())
+    return found if all(statement.value is not None for statement in found) else []
+
+
+def _possible_values(expr: Optional[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """The expressions a value may be: itself, or either branch of `a if c else b`, with
+    self-returning calls (`.cuda()`, `.to(...)`) peeled off."""
+    expr = peel_self_returning(expr)
+    if isinstance(expr, cst.IfExp):
+        return [*_possible_values(expr.body), *_possible_values(expr.orelse)]
+    return [expr] if expr is not None else []
 
 
 def literal_value(expr: Optional[cst.CSTNode]):
@@ -599,10 +632,26 @@ class _Collector(cst.CSTVisitor):
         if node.name is not None:
             self._bind_target(node.name.name, None, node)
 
-    def visit_CompFor(self, node: cst.CompFor) -> None:
-        # Comprehension variables live in their own scope; record them as unknown so a
-        # comprehension's `k` never resolves to an outer `k`.
-        self._bind_target(node.target, None, node)
+    # Comprehension variables live in their own scope; record them as unknown so that a
+    # comprehension's `k` never resolves to an outer `k`. They are bound when the visit enters
+    # the comprehension, because its element (`k[7:]`) comes before its `for` in the tree.
+    def _bind_comprehension(self, node: cst.BaseComp) -> None:
+        for_in: Optional[cst.CompFor] = node.for_in
+        while for_in is not None:
+            self._bind_target(for_in.target, None, node)
+            for_in = for_in.inner_for_in
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._bind_comprehension(node)
+
+    def visit_SetComp(self, node: cst.SetComp) -> None:
+        self._bind_comprehension(node)
+
+    def visit_DictComp(self, node: cst.DictComp) -> None:
+        self._bind_comprehension(node)
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self._bind_comprehension(node)
 
     def _bind_target(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression], node: cst.CSTNode) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
@@ -643,6 +692,7 @@ class _Collector(cst.CSTVisitor):
     def _add_binding(self, key: str, value, node: cst.CSTNode, scope: Scope) -> None:
         binding = Binding(key, value, node, scope, self.model._order.get(node, self.counter))
         self.model.bindings.setdefault(key, []).append(binding)
+        self.model.bindings_by_node.setdefault(node, []).append(binding)
         if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
             self.open_assignments.append(binding)
 

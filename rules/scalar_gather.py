@@ -6,10 +6,9 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.checkpoints import _returns as own_returns  # a function's own return statements
 from dplint.checkpoints import resolve, wrapper_held
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, Wrapping, argument, keyword_arg, literal_value, method_call, peel_self_returning
+from dplint.semantic import SemanticModel, Wrapping, argument, keyword_arg, literal_value, method_call, own_returns, peel_self_returning
 from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops
 
 # What a loss's `reduction=` makes of it: a 0-d mean or sum ("none" keeps the batch dimension).

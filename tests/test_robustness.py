@@ -474,6 +474,12 @@ def test_deeply_nested_code_is_checked_without_crashing(cli, tmp_path):
     assert finding_lines(result) == [f"deep.py:4:44: {DPL007}"]
 
 
+@pytest.mark.xfail(strict=True, reason="runner.process_stdin calls process_text, not process_text_guarded: LibCST segfaults on the main-thread stack")
+def test_deeply_nested_code_on_standard_input_is_checked_without_crashing(cli):
+    result = cli("check", "-", input=deep_and_chain(10_000).encode())
+    assert finding_lines(result) == [f"-:4:44: {DPL007}"]
+
+
 @pytest.mark.xfail(strict=True, raises=RecursionError, reason="engine.lint_source builds SemanticModel outside its try: RecursionError escapes (proposed: catch it, or run under call_with_deep_stack)")
 def test_lint_source_never_raises_on_a_long_expression():
     assert [f.code for f in lint(long_sum(1_000))] == ["DPL007"]
