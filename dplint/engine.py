@@ -21,6 +21,7 @@ from dplint.rule import (
     Rule,
     TextEdit,
     Violation,
+    tokens_match,
 )
 from dplint.semantic import SemanticModel
 from dplint.source import LINE_BREAK, line_starts
@@ -49,7 +50,7 @@ def rules_for(codes: Iterable[str]) -> list[Rule]:
 
 def could_match(text: str, rule: Rule) -> bool:
     """The pre-filter: can this rule possibly fire on this text? (Never parses.)"""
-    return not rule.tokens or any(token in text for token in rule.tokens)
+    return tokens_match(text, rule.tokens)
 
 
 def parse_error_finding(path: str, message: str, row: int = 1, column: int = 1) -> Finding:

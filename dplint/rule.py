@@ -85,10 +85,11 @@ class Rule:
     severity: ClassVar[Severity]
     summary: ClassVar[str]  # one line for `dplint rules`
     fix_applicability: ClassVar[Applicability | None] = None  # the best fix the rule can offer
-    # Substrings of the source that a file must contain for this rule to possibly fire.
-    # The pre-filter skips parsing a file that contains none of any enabled rule's tokens,
-    # so a rule must list at least one token that every flagged file contains.
-    tokens: ClassVar[tuple[str, ...]] = ()
+    # What the source of every file this rule can flag contains, for the pre-filter (which
+    # never parses a file no enabled rule's tokens match). Each entry is a substring, or a
+    # tuple of substrings that must all be present; the file must match at least one entry.
+    # ("save", "init_process_group"): both words; ("DataLoader",): that word.
+    tokens: ClassVar[tuple[Union[str, tuple[str, ...]], ...]] = ()
     VALID: ClassVar[Sequence[str]] = ()
     INVALID: ClassVar[Sequence[Example]] = ()
 
@@ -107,6 +108,16 @@ class Rule:
     @classmethod
     def documentation(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
+
+
+def tokens_match(text: str, tokens: Sequence[Union[str, Sequence[str]]]) -> bool:
+    """Whether text satisfies a rule's pre-filter tokens (see Rule.tokens); no tokens: always."""
+    if not tokens:
+        return True
+    return any(
+        (entry in text) if isinstance(entry, str) else all(part in text for part in entry)
+        for entry in tokens
+    )
 
 
 @dataclass(frozen=True)

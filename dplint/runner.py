@@ -1,8 +1,9 @@
 """One run over many files: discover, read, lint or fix each (in parallel when it pays), cache,
 then the project-wide checks that link files (a checkpoint saved in one, loaded in another).
 
-Nothing here imports LibCST at module level: a run whose files all come from the cache, or
-are skipped by the pre-filter, never loads it.
+Nothing here imports LibCST or the engine at module level: a file that comes from the cache,
+or that the pre-filter skips, is never parsed, and a run made only of such files never
+imports the engine.
 """
 
 from __future__ import annotations
@@ -134,12 +135,10 @@ def _lint_one(args) -> FileReport:
 def may_match(text: str, codes: frozenset[str]) -> bool:
     """The runner's pre-filter, the engine's (`could_match`) over all enabled rules at once:
     can any of them fire on this text? A file that fails it is clean without being parsed."""
-    from dplint.registry import all_rules
+    from dplint.registry import rule_catalog
+    from dplint.rule import tokens_match
 
-    for rule in all_rules():
-        if rule.code in codes and (not rule.tokens or any(token in text for token in rule.tokens)):
-            return True
-    return False
+    return any(rule.code in codes and tokens_match(text, rule.tokens) for rule in rule_catalog())
 
 
 def run(
@@ -176,13 +175,15 @@ def run(
             except SourceError as error:
                 reports[path] = FileReport(path, [problem_finding(path, str(error))])
                 continue
+            codes = settings.enabled_codes(path)
             if cache is not None:
-                keys[path] = key = content_key(source.raw)
+                # The rules in force are part of the key: a nested configuration file can change them.
+                keys[path] = key = content_key(source.raw) + ":" + ",".join(sorted(codes))
                 cached = cache.get(path, key)
                 if cached is not None:
                     reports[path] = cached
                     continue
-            if may_match(source.text, settings.enabled_codes(path)):
+            if may_match(source.text, codes):
                 todo.append((path, source.text, settings))
             else:
                 reports[path] = FileReport(path)
@@ -261,4 +262,4 @@ def process_stdin(data: bytes, display_path: str, settings: Settings, fix: Optio
         text, _ = decode(data)
     except SourceError as error:
         return FileReport(display_path, [problem_finding(display_path, str(error))])
-    return process_text(text, display_path, settings, fix)
+    return process_text_guarded(text, display_path, settings, fix)

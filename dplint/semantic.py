@@ -20,10 +20,15 @@ answers ``None`` and rules stay silent: a false positive costs a user's trust.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
+from libcst.metadata import CodePosition
+
+from dplint.source import line_starts
 
 # Different spellings of the same object, mapped to one canonical qualified name.
 CANONICAL_NAMES = {
@@ -180,8 +185,6 @@ class SemanticModel:
         (a multi-line call inside a function keeps its continuation lines' indentation)."""
         if in_place_of is None:
             return self.module.code_for_node(node)
-        from libcst._nodes.internal import CodegenState
-
         state = CodegenState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
         blocks = [a for a in self.ancestors(in_place_of) if isinstance(a, cst.IndentedBlock)]
         state.indent_tokens = [
@@ -196,12 +199,8 @@ class SemanticModel:
         Positions are computed on first use only, so files without findings never pay for them.
         """
         if self._positions is None:
-            from libcst.metadata import MetadataWrapper, PositionProvider
-
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
-        code_range = self._positions[node]
-        return code_range.start, code_range.end
+            self._positions = _SpanRecorder(self.module)
+        return self._positions.position(node)
 
     # ------------------------------------------------------------------------- names
     def qualified_name(self, expr: Optional[cst.CSTNode]) -> Optional[str]:
@@ -487,18 +486,29 @@ class _Collector(cst.CSTVisitor):
     def scope(self) -> Scope:
         return self.scopes[-1]
 
-    # Every node gets a parent and an order number; then the typed visit_X runs.
+    # Every node gets a parent and an order number; then the typed visit_X runs. LibCST's own
+    # dispatch looks visit_X/leave_X up by name for every node and calls per-attribute hooks
+    # this visitor has none of: doing it here with a per-type table takes ~40% off the pass.
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self.stack:
             self.model._parent[node] = self.stack[-1]
         self.model._order[node] = self.counter
         self.counter += 1
         self.stack.append(node)
-        return super().on_visit(node)
+        method = _handler(_VISIT_HANDLERS, "visit_", type(node))
+        return method is None or method(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        method = _handler(_LEAVE_HANDLERS, "leave_", type(original_node))
+        if method is not None:
+            method(self, original_node)
         self.stack.pop()
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
 
     # -- imports
     def visit_Import(self, node: cst.Import) -> None:
@@ -748,6 +758,78 @@ class _Collector(cst.CSTVisitor):
             except ValueError:
                 return False
         return False
+
+
+class _Span:
+    """What LibCST's nodes call `with state.record_syntactic_position(...)` on."""
+
+    __slots__ = ("recorder", "node", "start_node", "end_node", "start")
+
+    def __init__(self, recorder: "_SpanRecorder", node, start_node, end_node) -> None:
+        self.recorder, self.node, self.start_node, self.end_node = recorder, node, start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = self.recorder.offset
+
+    def __exit__(self, *exc_info) -> bool:
+        spans = self.recorder.spans
+        start = spans[self.start_node][0] if self.start_node is not None else self.start
+        end = spans[self.end_node][1] if self.end_node is not None else self.recorder.offset
+        spans[self.node] = (start, end)
+        return False
+
+
+class _SpanRecorder(CodegenState):
+    """LibCST's PositionProvider at ~half the cost: the same codegen pass, but it records
+    character offsets (a running sum) and turns only the nodes asked about into lines and
+    columns, where LibCST splits every token on newlines."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.offset = 0
+        self.spans: dict[cst.CSTNode, tuple[int, int]] = {}
+        self._open: list[int] = []
+        module._codegen(self)
+        self.starts = line_starts("".join(self.tokens))
+
+    def add_indent_tokens(self) -> None:
+        self.tokens.extend(self.indent_tokens)
+        self.offset += sum(len(token) for token in self.indent_tokens)
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        self.offset += len(value)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self._open.append(self.offset)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self._open.pop()
+        self.spans.setdefault(node, (start, self.offset))  # a syntactic span, when recorded, wins
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None) -> _Span:
+        return _Span(self, node, start_node, end_node)
+
+    def position(self, node: cst.CSTNode) -> tuple[CodePosition, CodePosition]:
+        start, end = self.spans[node]
+        return self._line_column(start), self._line_column(end)
+
+    def _line_column(self, offset: int) -> CodePosition:
+        line = bisect.bisect_right(self.starts, offset)
+        return CodePosition(line, offset - self.starts[line - 1])
+
+
+_VISIT_HANDLERS: dict[type, object] = {}
+_LEAVE_HANDLERS: dict[type, object] = {}
+
+
+def _handler(table: dict, prefix: str, node_type: type):
+    """_Collector's visit_X / leave_X function for a node type, or None; looked up once per type."""
+    try:
+        return table[node_type]
+    except KeyError:
+        method = table[node_type] = getattr(_Collector, prefix + node_type.__name__, None)
+        return method
 
 
 def _is_staticmethod(node: cst.FunctionDef) -> bool:

@@ -200,23 +200,31 @@ def call_with_deep_stack(function: Callable[..., Result], *args) -> Result:
             _saved_recursion_limit = sys.getrecursionlimit()
             sys.setrecursionlimit(max(_saved_recursion_limit, DEEP_RECURSION_LIMIT))
         _deep_calls += 1
-        previous_stack = threading.stack_size(DEEP_STACK_BYTES)
         try:
-            thread.start()
-        except RuntimeError:  # no room for such a stack (ulimit -v): the plain stack it is
+            previous_stack = threading.stack_size(DEEP_STACK_BYTES)
+            try:
+                thread.start()
+            finally:
+                threading.stack_size(previous_stack)
+        except (RuntimeError, ValueError):  # no room for such a stack (ulimit -v)
             thread = None
-        finally:
-            threading.stack_size(previous_stack)
+            _release_deep_call()
+    if thread is None:
+        return function(*args)  # on the plain stack, with the plain recursion limit
     try:
-        if thread is None:
-            return function(*args)
         thread.join()
     finally:
         with _deep_lock:
-            _deep_calls -= 1
-            if _deep_calls == 0:
-                sys.setrecursionlimit(_saved_recursion_limit)
+            _release_deep_call()
     succeeded, value = outcome[0]
     if succeeded:
         return value
     raise value
+
+
+def _release_deep_call() -> None:
+    """The last deep call out puts the recursion limit back (called holding `_deep_lock`)."""
+    global _deep_calls
+    _deep_calls -= 1
+    if _deep_calls == 0:
+        sys.setrecursionlimit(_saved_recursion_limit)

@@ -60,7 +60,7 @@ class LossOnCpu(Rule):
     severity = Severity.WARNING
     summary = "back-propagated loss computed on host copies: a blocking device-to-host copy every step"
     fix_applicability = Applicability.UNSAFE
-    tokens = ("backward",)  # every flagged loss is back-propagated
+    tokens = (("backward", "cpu"),)  # a back-propagated loss computed on host ("cpu") copies
 
     VALID = (
         # Metrics on host copies after backward().

@@ -52,7 +52,7 @@ class SamplerShuffle(Rule):
     severity = Severity.ERROR
     summary = "DataLoader with a sampler and a truthy shuffle raises ValueError"
     fix_applicability = Applicability.SAFE
-    tokens = ("shuffle",)
+    tokens = (("DataLoader", "Sampler"),)  # torch's samplers are all named *Sampler; shuffle may be positional
 
     VALID = (
         # shuffle=False beside a sampler is allowed.

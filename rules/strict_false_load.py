@@ -51,7 +51,7 @@ class StrictFalseLoad(Rule):
     severity = Severity.WARNING
     summary = "`load_state_dict(..., strict=False)` with the returned missing/unexpected keys ignored"
     fix_applicability = Applicability.DISPLAY
-    tokens = ("load_state_dict",)
+    tokens = (("load_state_dict", "False"),)  # strict=False, by keyword or position
 
     VALID = (
         "missing, unexpected = model.load_state_dict(sd, strict=False)\n"

@@ -63,7 +63,8 @@ class UnguardedRankSave(Rule):
     severity = Severity.WARNING
     summary = "every DDP rank torch.save()s the same file at once"
     fix_applicability = None
-    tokens = ("save",)
+    # a torch.save in a file that initialises a process group or builds a DDP
+    tokens = (("save", "init_process_group"), ("save", "DistributedDataParallel"))
 
     VALID = (
         # Saved on rank 0 only.

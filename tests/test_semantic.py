@@ -144,3 +144,21 @@ def test_comprehension_variables_are_bound_before_the_element():
     element_k = model.module.body[1].body[0].value.key.value
     assert model.binding_at("k", element_k).node is model.module.body[1].body[0].value
     assert model.value_at(element_k) is None  # unknown, never the outer 'outer'
+
+
+def test_positions_equal_libcst_position_provider_on_every_fixture_node():
+    """dplint computes positions in its own codegen pass (cheaper); they must be LibCST's."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from conftest import FIXTURES
+
+    scripts = sorted(FIXTURES.rglob("*.py"))
+    assert len(scripts) > 50
+    for script in scripts:
+        text = script.read_text()
+        text += "\r\nx = (1,\r\n  2)  # crlf tail\r\n"
+        module = cst.parse_module(text)
+        expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        model = SemanticModel(module)
+        for node, code_range in expected.items():
+            assert model.position(node) == (code_range.start, code_range.end), (script.name, type(node).__name__)
