@@ -24,7 +24,7 @@ from dplint.rule import (
     tokens_match,
 )
 from dplint.semantic import SemanticModel
-from dplint.source import LINE_BREAK, line_starts
+from dplint.source import LINE_BREAK, call_with_deep_stack, line_starts, python_syntax_error
 from dplint.suppressions import apply_suppressions
 
 MAX_FIX_ROUNDS = 10
@@ -67,11 +67,27 @@ def lint_source(text: str, path: str, rules: Sequence[Rule]) -> LintResult:
         return LintResult()
     try:
         module = cst.parse_module(text)
-    except cst.ParserSyntaxError as error:
-        message = "cannot parse: " + " ".join(error.message.split())
-        return LintResult([parse_error_finding(path, message, error.raw_line, error.raw_column + 1)])
+    except cst.ParserSyntaxError:
+        # Python's own message and position: LibCST's point at the wrong place (Python 2's
+        # `print x` comes out on line 2) and dump its grammar.
+        python = python_syntax_error(text)
+        if python is None:  # Python accepts it: a LibCST limit (e.g. >3,000 joined strings)
+            return LintResult([parse_error_finding(path, "cannot analyse: LibCST cannot parse this file, although Python can")])
+        message, row, column = python
+        return LintResult([parse_error_finding(path, f"cannot parse: {message}", row, column)])
     except (RecursionError, MemoryError) as error:
         return LintResult([parse_error_finding(path, f"cannot parse: {type(error).__name__}")])
+    try:
+        return _lint_module(text, path, module, active, rules)
+    except RecursionError:
+        pass
+    try:  # deeply nested code: once more, on a thread with a deep stack
+        return call_with_deep_stack(_lint_module, text, path, module, active, rules)
+    except RecursionError:
+        return LintResult([parse_error_finding(path, "cannot analyse: nested too deeply")])
+
+
+def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule], rules: Sequence[Rule]) -> LintResult:
     model = SemanticModel(module, path)
     result = LintResult()
     reported: list[tuple[Rule, Violation]] = []

@@ -76,8 +76,9 @@ class HandRolledStrip(Rule):
     summary = "`module.` prefix stripped by hand (`lstrip`, `k[7:]`, `replace`) instead of consume_prefix_in_state_dict_if_present"
     fix_applicability = Applicability.UNSAFE
     # A literal starting with "module" (lstrip, replace, startswith guards, len("module.")), or
-    # the `7:` of an unguarded `k[7:]`. Not plain "module": every file with `nn.modules` has it.
-    tokens = ('"module', "'module", "7:", "7 :")
+    # the `[7:]` of an unguarded `k[7:]` over a state dict (which comes from `.state_dict()` or
+    # a `*load*` call). Not plain "module": every file with `nn.modules` has it.
+    tokens = ('"module', "'module", ("[7:]", "state_dict"), ("[7:]", "load"))
 
     VALID = (
         # torch.compile's prefix, handled on purpose.

@@ -60,7 +60,9 @@ class LossOnCpu(Rule):
     severity = Severity.WARNING
     summary = "back-propagated loss computed on host copies: a blocking device-to-host copy every step"
     fix_applicability = Applicability.UNSAFE
-    tokens = (("backward", "cpu"),)  # a back-propagated loss computed on host ("cpu") copies
+    # A back-propagated loss computed on host copies: `.cpu()`, or a "cpu" device literal
+    # (`.to("cpu")`, `torch.device("cpu")`, a name bound to one).
+    tokens = (("backward", "cpu()"), ("backward", '"cpu'), ("backward", "'cpu"))
 
     VALID = (
         # Metrics on host copies after backward().
