@@ -8,6 +8,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # file modes do not stop root
+# The smallest misuse with a safe fix (DPL007), for tests about files rather than rules.
+MISUSE = (
+    "from torch.utils.data import DataLoader, DistributedSampler\n"
+    "\n"
+    "sampler = DistributedSampler(dataset)\n"
+    "loader = DataLoader(dataset, batch_size=8, shuffle=True, sampler=sampler)\n"
+)
+MISUSE_FIXED = MISUSE.replace("shuffle=True, ", "")
 
 
 def lint(code: str, path: str = "example.py", select=None):

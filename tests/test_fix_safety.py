@@ -18,19 +18,12 @@ import time
 
 import pytest
 
+from conftest import AS_ROOT, MISUSE, MISUSE_FIXED
 from dplint import runner
 from dplint.config import Settings
 from dplint.runner import FixOptions, run
 from dplint.source import write_atomic
 
-AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-MISUSE = (
-    "from torch.utils.data import DataLoader, DistributedSampler\n"
-    "\n"
-    "sampler = DistributedSampler(dataset)\n"
-    "loader = DataLoader(dataset, batch_size=8, shuffle=True, sampler=sampler)\n"
-)
-MISUSE_FIXED = MISUSE.replace("shuffle=True, ", "")
 
 
 def fix_in_process(*paths):

@@ -18,20 +18,12 @@ import time
 import libcst as cst
 import pytest
 
-from conftest import fix, lint
+from conftest import AS_ROOT, MISUSE, MISUSE_FIXED, fix, lint
 from dplint import runner
 from dplint.config import Settings
 from dplint.runner import FixOptions, run
 from dplint.source import SourceError, call_with_deep_stack, decode, python_syntax_error, read_source
 
-AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-MISUSE = (
-    "from torch.utils.data import DataLoader, DistributedSampler\n"
-    "\n"
-    "sampler = DistributedSampler(dataset)\n"
-    "loader = DataLoader(dataset, batch_size=8, shuffle=True, sampler=sampler)\n"
-)
-MISUSE_FIXED = MISUSE.replace("shuffle=True, ", "")
 DPL007 = (
     "DPL007 [*] DataLoader gets a sampler and a true `shuffle`: it raises `ValueError: sampler option "
     "is mutually exclusive with shuffle`; the DistributedSampler already shuffles, so drop `shuffle=`"
