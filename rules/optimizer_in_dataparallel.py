@@ -83,7 +83,8 @@ class OptimizerInDataParallel(Rule):
     severity = Severity.ERROR
     summary = "an optimizer wrapped in DataParallel / DistributedDataParallel"
     fix_applicability = Applicability.UNSAFE
-    tokens = ("DataParallel",)
+    # a wrapper around something from torch.optim (or a ZeroRedundancyOptimizer)
+    tokens = (("DataParallel", "optim"), ("DataParallel", "Optim"))
 
     VALID = (
         # The model is wrapped; the optimizer is built from the wrapper's parameters.

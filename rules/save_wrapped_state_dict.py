@@ -54,7 +54,8 @@ class SaveWrappedStateDict(Rule):
     severity = Severity.WARNING
     summary = "`torch.save(wrapper.state_dict())`: the checkpoint's keys carry `module.`"
     fix_applicability = Applicability.SAFE
-    tokens = ("DataParallel",)  # every flagged save is of a DataParallel or DistributedDataParallel
+    # every flagged save is of a DataParallel or DistributedDataParallel's state_dict()
+    tokens = (("DataParallel", "state_dict"),)
 
     VALID = (
         "import torch\nimport torch.nn as nn\n"

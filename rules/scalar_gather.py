@@ -87,7 +87,7 @@ class ScalarGather(Rule):
     severity = Severity.WARNING
     summary = "DataParallel forward returns a 0-d loss: a vector on 2+ GPUs, backward() raises"
     fix_applicability = Applicability.SAFE
-    tokens = ("DataParallel",)
+    tokens = (("DataParallel", "backward"),)  # the gathered loss is back-propagated
 
     VALID = (
         # Already reduced at the call site.

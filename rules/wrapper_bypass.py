@@ -60,7 +60,7 @@ class WrapperBypass(Rule):
     severity = Severity.ERROR
     summary = "training forward through the inner model skips the DDP all-reduce (or DataParallel's scatter)"
     fix_applicability = Applicability.UNSAFE
-    tokens = ("DataParallel",)
+    tokens = (("DataParallel", "backward"),)  # a training step: its loss is back-propagated
 
     VALID = (
         # Rebinding: `model` is the wrapper.

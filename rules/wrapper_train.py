@@ -56,7 +56,7 @@ class WrapperTrain(Rule):
     severity = Severity.INFO
     summary = "`.train()`/`.eval()` on the wrapped model leaves only the wrapper's `.training` flag stale"
     fix_applicability = Applicability.SAFE
-    tokens = ("DataParallel",)
+    tokens = (("DataParallel", ".train("), ("DataParallel", ".eval("))
 
     VALID = (
         # Rebinding: `model` is the wrapper from here on.
