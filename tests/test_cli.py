@@ -59,7 +59,7 @@ def test_exit_1_with_findings_and_0_with_exit_zero(cli, project):
 
 
 def test_exit_1_for_a_file_that_does_not_parse(cli, project):
-    (project / "broken.py").write_text("def f(:\n    model = DataParallel(net)\n")  # a rule's token: it is parsed
+    (project / "broken.py").write_text("def f(:\n    model = DataParallel(net)\n    model.train()\n")  # DPL001's tokens: parsed
     result = cli("check", "--no-cache", "--output-format", "concise", "broken.py", cwd=project)
     assert result.returncode == 1
     assert re.fullmatch(r"broken\.py:\d+:\d+: DPL000 cannot parse: .+\n", out(result)), out(result)

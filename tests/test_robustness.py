@@ -51,8 +51,8 @@ def lines_of(report) -> list[str]:
 def bad_project(tmp_path):
     """A folder with every kind of bad input next to one script that must still be flagged."""
     (tmp_path / "good.py").write_text(MISUSE)
-    (tmp_path / "syntax_error.py").write_text("import torch.nn as nn\n\nmodel = nn.DataParallel(net\nprint(model)\n")
-    (tmp_path / "python2.py").write_text("import torch\nmodel = torch.nn.DataParallel(net)\nprint \"epoch\", epoch\n")
+    (tmp_path / "syntax_error.py").write_text("import torch.nn as nn\n\nmodel = nn.DataParallel(net\nprint(model)\nmodel.train()\n")
+    (tmp_path / "python2.py").write_text("import torch\nmodel = torch.nn.DataParallel(net)\nprint \"epoch\", epoch\nmodel.train()\n")
     (tmp_path / "bad_bytes.py").write_bytes(b"import torch\nx = 1\n# caf\xff\n")
     (tmp_path / "latin1_no_cookie.py").write_bytes(b"# caf\xe9\nimport torch\n")
     (tmp_path / "unknown_cookie.py").write_bytes(b"# -*- coding: klingon -*-\nimport torch\n")
@@ -498,7 +498,7 @@ def test_python_syntax_error_gives_pythons_words_and_position():
 
 
 def test_python2_code_is_reported_in_pythons_words():
-    [finding] = lint('import torch\nmodel = torch.nn.DataParallel(net)\nprint "epoch", epoch\n')
+    [finding] = lint('import torch\nmodel = torch.nn.DataParallel(net)\nprint "epoch", epoch\nmodel.train()\n')
     assert (finding.code, finding.location.row, finding.location.column, finding.message) == (
         "DPL000", 3, 1, "cannot parse: Missing parentheses in call to 'print'. Did you mean print(...)?",
     )
