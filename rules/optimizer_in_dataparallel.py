@@ -14,10 +14,9 @@ OPTIMIZER_CLASSES = {
     "Adafactor", "Adadelta", "Adagrad", "Adam", "Adamax", "AdamW", "ASGD", "LBFGS", "Muon",
     "NAdam", "Optimizer", "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam",
 }
-DISTRIBUTED_OPTIMIZERS = {
-    "torch.distributed.optim.ZeroRedundancyOptimizer",
-    "torch.distributed.optim.zero_redundancy_optimizer.ZeroRedundancyOptimizer",
-}
+# (the long spelling `...zero_redundancy_optimizer.ZeroRedundancyOptimizer` is canonicalised
+# to this one by the semantic model)
+DISTRIBUTED_OPTIMIZERS = {"torch.distributed.optim.ZeroRedundancyOptimizer"}
 # Submodules of torch.optim that are not optimizers (schedulers, averaged models).
 NOT_OPTIMIZER_MODULES = {"lr_scheduler", "swa_utils"}
 MAX_DEPTH = 8
