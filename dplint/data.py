@@ -17,6 +17,7 @@ from dplint.semantic import (
     peel_self_returning,
     static_truth,
 )
+from dplint.training import backprops
 
 # torch's own samplers: any of them next to a truthy `shuffle` makes DataLoader raise.
 TORCH_SAMPLERS = {
@@ -313,16 +314,11 @@ def loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 def runs_backward(model: SemanticModel, loop: cst.CSTNode) -> bool:
-    """A training loop: it calls `.backward()` (`loss.backward()`, `scaler.scale(l).backward()`,
-    `accelerator.backward(l)`) or `torch.autograd.backward` in its own body."""
+    """A training loop: a call in its own body runs backward (see `dplint.training.backprops`:
+    `loss.backward()`, `scaler.scale(l).backward()`, `accelerator.backward(l)`,
+    `torch.autograd.backward`)."""
     scope = model.scope(loop)
-    for site in model.calls:
-        if loop in site.loops and site.scope is scope:
-            if site.qualified_name == "torch.autograd.backward":
-                return True
-            if isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value == "backward":
-                return True
-    return False
+    return any(loop in backprop.site.loops and backprop.site.scope is scope for backprop in backprops(model))
 
 
 def epoch_count_loop(model: SemanticModel, loop: cst.CSTNode) -> Optional[str]:
