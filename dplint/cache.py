@@ -24,6 +24,22 @@ def content_key(raw: bytes) -> str:
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
+def dependencies_unchanged(dependencies) -> bool:
+    """Whether every project file a cached result read still has the content it had then."""
+    if not dependencies:
+        return True
+    if not isinstance(dependencies, dict):
+        return False
+    for path, digest in dependencies.items():
+        try:
+            with open(path, "rb") as handle:
+                if content_key(handle.read()) != digest:
+                    return False
+        except OSError:
+            return False
+    return True
+
+
 def code_fingerprint() -> str:
     """Changes whenever dplint's own code changes (also in an editable install without a new version)."""
     import dplint
@@ -71,19 +87,22 @@ class Cache:
         entry = self.entries.get(os.path.abspath(path))
         if not isinstance(entry, dict) or entry.get("hash") != key:
             return None
+        if not dependencies_unchanged(entry.get("deps")):
+            return None  # a file it imports from changed: its findings may have too
         try:
             findings = [finding_from_dict(f) for f in entry["findings"]]
         except (KeyError, TypeError, ValueError):
             return None  # an entry from a damaged cache file: lint again
         for finding in findings:
             finding.filename = path  # as named in this run (`.` vs an absolute path)
-        return FileReport(path, findings, facts=entry.get("facts", {}))
+        return FileReport(path, findings, facts=entry.get("facts", {}), dependencies=entry.get("deps") or {})
 
     def put(self, path: str, key: str, report: "FileReport") -> None:
         self.entries[os.path.abspath(path)] = {
             "hash": key,
             "findings": [finding_to_dict(f) for f in report.findings],
             "facts": report.facts,
+            "deps": report.dependencies,
         }
         self.changed = True
 

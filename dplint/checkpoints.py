@@ -17,12 +17,14 @@ Everything here answers None (or leaves an entry out) where the code cannot tell
 from __future__ import annotations
 
 import posixpath
+import re
 import weakref
 from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
 
+from dplint.flow import class_method, consistent
 from dplint.semantic import (
     Binding,
     SemanticModel,
@@ -56,11 +58,23 @@ class CheckpointPath:
     literal: Optional[str]  # normalised literal path
     binding: Optional[Binding]
     text: str  # for messages: the literal path quoted, or the path expression's code
+    # For matching across files: the literal path, or the path with its computed parts as
+    # `*` when its file name is literal (`f"{self.folder}/last.pt"` -> "*/last.pt").
+    shape: Optional[str] = None
 
     def same_file(self, other: "CheckpointPath") -> bool:
         if self.literal is not None and self.literal == other.literal:
             return True
         return self.binding is not None and self.binding is other.binding
+
+
+@dataclass(eq=False)
+class HeldWrapper:
+    """A DataParallel/DDP wrapper an expression holds where it is used."""
+
+    wrapping: Wrapping
+    bindings: tuple[Binding, ...]  # the bindings followed from the expression to the wrapping
+    every_path: bool  # wrapped on every path that reaches the use, not only on some
 
 
 @dataclass(eq=False)
@@ -71,17 +85,19 @@ class WrapperStateDict:
     receiver: cst.BaseExpression  # the expression holding the wrapper
     wrapping: Wrapping
     bindings: tuple[Binding, ...]  # the bindings followed from the receiver to the wrapping
+    every_path: bool = True  # the receiver is the wrapper on every path reaching the call
 
 
 @dataclass(eq=False)
 class SavedWrapperStateDict:
     """A wrapper's state dict inside the object one `torch.save` call writes."""
 
-    save: cst.Call
+    save: cst.Call  # the torch.save call, or the call of a helper (maybe of another file) that saves it
     path: CheckpointPath
     keys: tuple[str, ...]  # where in the saved object: () is the object itself
     state_dict: WrapperStateDict
     via_name: bool  # the saved object reaches the state dict through a variable
+    through_helper: bool = False  # `Saver(dir).dump(ddp.state_dict())`: torch.save runs in the helper
 
 
 @dataclass(eq=False)
@@ -101,6 +117,7 @@ class StateDictLoad:
     target: cst.BaseExpression
     target_is_wrapper: Optional[Wrapping]  # the wrapping the target holds
     target_wrapper_bindings: tuple[Binding, ...]
+    target_wrapped_on_every_path: bool
     bare_class: Optional[str]  # the target is a bare model: its class name ("" when unknown)
     argument: Optional[cst.BaseExpression]  # the state dict passed
     strict_false: bool
@@ -172,6 +189,88 @@ def wrapper_held(model: SemanticModel, expr: Optional[cst.BaseExpression], at: c
     return None
 
 
+def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[HeldWrapper]:
+    """The wrapper `expr` holds at `at`, judged per path with the value-flow model: through
+    every reaching assignment, same-file builders that return a wrapper, `self.x` set in
+    another method, and the branch conditions around `at`. On a branch where the model is
+    bare (`if multi_gpu: model = DP(model)` ... `else: save(model.state_dict())`) it holds no
+    wrapper. `every_path` is False when some path reaching `at` leaves the model bare or
+    unknown."""
+    textual = wrapper_held(model, expr, at)
+    paths = _wrapper_paths(model, expr, at)
+    if paths is None:  # the flow model cannot answer: the textual answer
+        if textual is None:
+            return None
+        return HeldWrapper(textual[0], textual[1], not is_conditional(model, textual[1], at))
+    every, live = paths
+    wrappers = [wrapping for wrapping, _ in live if wrapping is not None]
+    if not wrappers:
+        if textual is not None and not any(w is textual[0] for w, _ in every):
+            # The flow model does not see the wrapper the bindings lead to: trust the bindings.
+            return HeldWrapper(textual[0], textual[1], not is_conditional(model, textual[1], at))
+        return None  # bare (or unknown) on every path that reaches `at`
+    wrapping = textual[0] if textual is not None and any(w is textual[0] for w in wrappers) else wrappers[0]
+    bindings = textual[1] if textual is not None else ()
+    on_every = all(w is not None for w, _ in live) and not (textual is not None and is_conditional(model, bindings, at) and len(live) > 1)
+    return HeldWrapper(wrapping, bindings, on_every)
+
+
+def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode):
+    """(every (wrapping or None, path) the flow model finds, those whose path can reach `at`);
+    None when it cannot answer."""
+    if expr is None:
+        return None
+    try:
+        found = model.flow.wrappings_at(expr, at)
+    except Exception:  # a flow model that cannot answer is the same as none
+        return None
+    if not found:
+        return None
+    here = path_at(model, at)
+    live = [
+        (wrapping, path)
+        for wrapping, path in found
+        if _self_consistent(path) and consistent(path, here) and not _narrowed_out(wrapping, path)
+    ]
+    return found, live
+
+
+# `isinstance(m, nn.DataParallel)`, `isinstance(m, (DP, DDP))`, `hasattr(m, "module")`:
+# tests that tell a wrapper from a bare model (`m.module if isinstance(m, DDP) else m`).
+_WRAPPER_TEST = re.compile(r"^(isinstance\(.*(DataParallel|DDP|\bDP\b).*\)|hasattr\(.*['\"]module['\"]\))$")
+
+
+def _narrowed_out(wrapping: Optional[Wrapping], path) -> bool:
+    """A path that tested for a wrapper contradicts the value: a wrapper where the test
+    failed, or a bare model where it held."""
+    for condition in path:
+        if _WRAPPER_TEST.match(condition.test):
+            if (wrapping is not None) != condition.holds:
+                return True
+    return False
+
+
+def _self_consistent(path) -> bool:
+    seen: dict = {}
+    return all(seen.setdefault((c.test, c.scope), c.holds) == c.holds for c in path)
+
+
+def path_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
+    """The branch conditions around `node` inside its function: `if c:` body (c holds), its
+    `else`/`elif` (c fails), `a if c else b`, `c and a`."""
+    conditions = []
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            conditions.append(model.flow.condition(ancestor.test, child is ancestor.body))
+        elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            conditions.append(model.flow.condition(ancestor.left, isinstance(ancestor.operator, cst.And)))
+        child = ancestor
+    return tuple(conditions)
+
+
 def is_conditional(model: SemanticModel, bindings: tuple[Binding, ...], at: cst.CSTNode) -> bool:
     """Whether one of the bindings may not have run when `at` runs: it sits in a branch or loop
     body (an `if`, `else`, `try`, `except`, `for`, `while`, `match` block) that `at` is not in."""
@@ -200,7 +299,7 @@ def bare_model_class(model: SemanticModel, expr: Optional[cst.BaseExpression], a
     this file whose every return is one of those. Anything else (a parameter, `copy.deepcopy`,
     an imported factory function) is unknown: None.
     """
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "module" and wrapper_held(model, expr.value, at):
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "module" and held_wrapper(model, expr.value, at):
         return ""
     value, value_at, _ = resolve(model, expr, at, peel=True)
     if isinstance(value, cst.Attribute) and value is not expr:
@@ -261,10 +360,10 @@ def wrapper_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression],
     method = method_call(value)
     if method is None or method[1] != "state_dict":
         return None
-    held = wrapper_held(model, method[0], value_at)
+    held = held_wrapper(model, method[0], value_at)
     if held is None:
         return None
-    return WrapperStateDict(value, method[0], held[0], held[1])
+    return WrapperStateDict(value, method[0], held.wrapping, held.bindings, held.every_path)
 
 
 def literal_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
@@ -297,7 +396,45 @@ def checkpoint_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at
         text = repr(literal)
     else:
         text = f"`{model.code(expr)}`" if expr is not None else "?"
-    return CheckpointPath(literal, binding, text)
+    return CheckpointPath(literal, binding, text, literal if literal is not None else path_shape(model, expr, at))
+
+
+def path_shape(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
+    """`f"{self.folder}/last.pt"` and `os.path.join(out, "last.pt")` -> "*/last.pt": the path
+    with computed parts as `*`, when its file name is literal and has an extension."""
+    parts = _shape_parts(model, expr, at, MAX_DEPTH)
+    if parts is None:
+        return None
+    shape = posixpath.normpath("".join(parts))
+    name = shape.rsplit("/", 1)[-1]
+    if "*" in name or "." not in name.strip(".") or shape == name:
+        return None  # `f"{run}.pt"` or a bare file name: too common to tie two files together
+    return shape
+
+
+def _shape_parts(model, expr, at, depth) -> Optional[list[str]]:
+    if expr is None or depth <= 0:
+        return None
+    literal = literal_path(model, expr, at)
+    if literal is not None:
+        return [literal]
+    value, value_at, _ = resolve(model, expr, at)
+    if isinstance(value, cst.FormattedString):
+        parts = []
+        for part in value.parts:
+            parts.append(part.value if isinstance(part, cst.FormattedStringText) else "*")
+        return parts
+    if isinstance(value, cst.Call) and model.qualified_name(value.func) in PATH_JOINS and value.args:
+        pieces = []
+        for arg in value.args:
+            if arg.star or arg.keyword is not None:
+                return None
+            part = _shape_parts(model, arg.value, value_at, depth - 1)
+            pieces.append("".join(part) if part is not None else "*")
+        return ["/".join(pieces)]
+    if value is None or value is expr and not isinstance(value, (cst.SimpleString, cst.ConcatenatedString)):
+        return ["*"]
+    return None
 
 
 def literal_key(expr: cst.BaseExpression) -> Optional[str]:
@@ -334,11 +471,152 @@ def holds_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression], a
 
 def _wrapper_saves(model: SemanticModel):
     for site in model.calls:
-        if site.qualified_name != TORCH_SAVE:
+        call = site.node
+        if site.qualified_name == TORCH_SAVE:
+            path = checkpoint_path(model, argument(call, 1, "f"), call)
+            yield from _saved_entries(model, call, path, argument(call, 0, "obj"), call, (), False, MAX_DEPTH)
+        elif call.args and site.qualified_name not in (TORCH_LOAD,):
+            yield from _saved_through_helper(model, call)
+
+
+# ------------------------------------------------------------------------ helpers that save
+@dataclass(eq=False)
+class SavedParameter:
+    """A function that `torch.save`s one of its parameters: `def dump(self, weights, step):
+    torch.save({"weights": weights, "step": step}, path)` saves `weights` under ("weights",)."""
+
+    name: str
+    keys: tuple[str, ...]
+    path: CheckpointPath  # computed in the helper's file
+    path_parameter: Optional[str] = None  # the path is this parameter: the caller's argument names it
+
+
+_SAVED_PARAMETERS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def saved_parameters(model: SemanticModel, function: cst.FunctionDef, depth: int = 2) -> list[SavedParameter]:
+    """The summary of a function (cached per file): which parameters it saves, where."""
+    table = _SAVED_PARAMETERS.setdefault(model, {})
+    if function not in table:
+        table[function] = []  # guards recursion
+        table[function] = list(_find_saved_parameters(model, function, depth))
+    return table[function]
+
+
+def _find_saved_parameters(model: SemanticModel, function: cst.FunctionDef, depth: int):
+    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
+    for site in model.calls:
+        if site.qualified_name != TORCH_SAVE or enclosing_def(model, site.node) is not function:
             continue
         call = site.node
-        path = checkpoint_path(model, argument(call, 1, "f"), call)
-        yield from _saved_entries(model, call, path, argument(call, 0, "obj"), call, (), False, MAX_DEPTH)
+        target = argument(call, 1, "f")
+        path = checkpoint_path(model, target, call)
+        binding = model.binding_at(target.value, call) if isinstance(target, cst.Name) else None
+        path_parameter = target.value if binding is not None and isinstance(binding.node, cst.Param) else None
+        for name, keys in _parameter_entries(model, argument(call, 0, "obj"), call, (), params, MAX_DEPTH):
+            yield SavedParameter(name, keys, path, path_parameter)
+
+
+def _parameter_entries(model, expr, at, keys, params, depth):
+    """(parameter name, keys) for each parameter the saved object holds, directly or under literal keys."""
+    if expr is None or depth <= 0:
+        return
+    if isinstance(expr, cst.Name) and expr.value in params:
+        binding = model.binding_at(expr.value, at)
+        if binding is not None and isinstance(binding.node, cst.Param):
+            yield expr.value, keys
+            return
+    value, value_at, _ = resolve(model, expr, at)
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if not isinstance(element, cst.DictElement):
+                continue
+            try:
+                key = literal_value(element.key)
+            except ValueError:
+                continue
+            if isinstance(key, str):
+                yield from _parameter_entries(model, element.value, value_at, keys + (key,), params, depth - 1)
+
+
+def enclosing_def(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            return ancestor
+    return None
+
+
+def called_function(model: SemanticModel, call: cst.Call):
+    """(the model of its file, the FunctionDef, whether `self` is bound) a call runs: a function
+    of this file or of the project (`model.flow.callee`), or a method called on an instance
+    built in place or held in a name (`Saver(out).dump(...)`, `saver = Saver(out)`)."""
+    try:
+        callee = model.flow.callee(call)
+    except Exception:
+        callee = None
+    if callee is not None and isinstance(callee.node, cst.FunctionDef):
+        return callee.model, callee.node, callee.bound
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return None
+    try:
+        instances = model.flow.values_at(func.value, call)
+    except Exception:
+        return None
+    found = None
+    for instance in instances:
+        if not isinstance(instance.expr, cst.Call):
+            return None
+        try:
+            owner = instance.model.flow.callee(instance.expr)
+        except Exception:
+            owner = None
+        if owner is None or not isinstance(owner.node, cst.ClassDef):
+            return None
+        method = class_method(owner.node, func.attr.value)
+        if method is None or (found is not None and found[1] is not method):
+            return None
+        found = (owner.model, method, True)
+    return found
+
+
+def _saved_through_helper(model: SemanticModel, call: cst.Call):
+    """`Saver(out).dump(ddp.state_dict(), step)` / `save_checkpoint({"model": ddp.state_dict()})`:
+    a wrapper's state dict handed to a function that saves that parameter."""
+    candidates = [arg for arg in call.args if not arg.star]
+    if not any(_may_hold_state_dict(arg.value) for arg in candidates):
+        return
+    target = called_function(model, call)
+    if target is None:
+        return
+    other, function, bound = target
+    for saved in saved_parameters(other, function):
+        passed = model.flow.parameter_argument(call, function, saved.name, bound)
+        if passed is None or passed is _default_of(function, saved.name):
+            continue
+        path = saved.path
+        if saved.path_parameter is not None:
+            path_argument = model.flow.parameter_argument(call, function, saved.path_parameter, bound)
+            if path_argument is not None and path_argument is _default_of(function, saved.path_parameter):
+                path = checkpoint_path(other, path_argument, path_argument)  # `path="last.pt"` in the def
+            elif path_argument is not None:
+                path = checkpoint_path(model, path_argument, call)
+        for entry in _saved_entries(model, call, path, passed, call, (), False, MAX_DEPTH):
+            entry.keys = entry.keys + saved.keys
+            entry.through_helper = True
+            yield entry
+
+
+def _may_hold_state_dict(expr: cst.BaseExpression) -> bool:
+    """A cheap test before resolving a callee: the argument names a state dict, a dict or a name."""
+    return isinstance(expr, (cst.Call, cst.Dict, cst.Name, cst.Attribute))
+
+
+def _default_of(function: cst.FunctionDef, name: str):
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == name:
+            return param.default
+    return None
 
 
 def _saved_entries(model, save, path, expr, at, keys, via_name, depth):
@@ -364,7 +642,7 @@ def _saved_entries(model, save, path, expr, at, keys, via_name, depth):
                 )
 
 
-def _loaded_checkpoint(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode):
+def _loaded_checkpoint(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int = 3):
     """(LoadedCheckpoint or None, whether consume_prefix ran on the object on the way)."""
     keys: list[str] = []
     consumed = _consumed_objects(model)
@@ -388,7 +666,33 @@ def _loaded_checkpoint(model: SemanticModel, expr: Optional[cst.BaseExpression],
         expr, at = binding.value, binding.node
     if isinstance(expr, cst.Call) and model.qualified_name(expr.func) == TORCH_LOAD:
         return LoadedCheckpoint(expr, checkpoint_path(model, argument(expr, 0, "f"), expr), tuple(keys)), False
+    if isinstance(expr, cst.Call) and depth > 0:
+        loaded = _loaded_by_helper(model, expr, depth - 1)
+        if loaded is not None:
+            return LoadedCheckpoint(loaded.call, loaded.path, loaded.keys + tuple(keys)), False
     return None, False
+
+
+def _loaded_by_helper(model: SemanticModel, call: cst.Call, depth: int) -> Optional[LoadedCheckpoint]:
+    """`fetch_state(folder)` whose every return is `torch.load(...)` of one path (in this file
+    or another of the project): that checkpoint. Only its `shape` can match across files."""
+    target = called_function(model, call)
+    if target is None:
+        return None
+    other, function, _ = target
+    found: Optional[LoadedCheckpoint] = None
+    for statement in own_returns(function):
+        loaded, consumed = _loaded_checkpoint(other, statement.value, statement, depth)
+        if loaded is None or consumed:
+            return None
+        if found is not None and (found.path.shape != loaded.path.shape or found.keys != loaded.keys):
+            return None
+        found = loaded
+    if found is None:
+        return None
+    # A path computed from the helper's parameters is not the same file as one in this file.
+    path = CheckpointPath(None, None, found.path.text, found.path.shape)
+    return LoadedCheckpoint(found.call, path, found.keys)
 
 
 _CONSUMED: "weakref.WeakKeyDictionary[SemanticModel, list]" = weakref.WeakKeyDictionary()
@@ -434,15 +738,16 @@ def _state_dict_loads(model: SemanticModel):
             strict_false = literal_value(argument(call, 1, "strict")) is False
         except ValueError:
             strict_false = False
-        held = wrapper_held(model, target, call)
+        held = held_wrapper(model, target, call)
         bare = None if held else bare_model_class(model, target, call)
         loaded, consumed = _loaded_checkpoint(model, state_dict, call)
         from_wrapper = None if consumed else _unconsumed_wrapper_state_dict(model, state_dict, call)
         yield StateDictLoad(
             call=call,
             target=target,
-            target_is_wrapper=held[0] if held else None,
-            target_wrapper_bindings=held[1] if held else (),
+            target_is_wrapper=held.wrapping if held else None,
+            target_wrapper_bindings=held.bindings if held else (),
+            target_wrapped_on_every_path=bool(held and held.every_path),
             bare_class=bare,
             argument=state_dict,
             strict_false=strict_false,

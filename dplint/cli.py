@@ -248,15 +248,7 @@ def explain(rule: str) -> None:
     click.echo(found.documentation())
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, add_help_option=False)
-@click.argument("script", type=click.Path())
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.pass_context
-def verify(ctx: click.Context, script: str, script_args: tuple[str, ...]) -> None:
-    """Run SCRIPT and its fixed version with probes; report, per finding, whether it is real."""
-    try:
-        from dplint.runtime_check.cli import main as verify_main
-    except ImportError as error:
-        click.echo(f"dplint: error: verify needs the runtime extra: pip install 'dplint[runtime]' ({error})", err=True)
-        sys.exit(EXIT_ERROR)
-    sys.exit(verify_main([script, *script_args]))
+# `dplint verify`: its click command lives with the runtime check (it needs torch only when run).
+from dplint.runtime_check.command import verify  # noqa: E402
+
+main.add_command(verify)

@@ -352,10 +352,41 @@ def _updates_visible_devices(model: SemanticModel, call: cst.Call) -> bool:
 
 def starts_process_after(model: SemanticModel, node: cst.CSTNode) -> bool:
     """Whether the code that runs `node` later starts a process in the same function (or at
-    the top level): a launcher sets CUDA_VISIBLE_DEVICES for its children."""
+    the top level) on every path: a launcher sets CUDA_VISIBLE_DEVICES for its children."""
+    return any(not _runs_only_on_some_paths(model, site.node, node) for site in _process_starts_after(model, node))
+
+
+def conditional_process_start_after(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.Call]:
+    """A process start after `node` that runs only on some paths (`if len(gpus) > 1:
+    mp.spawn(...)` `else: worker(0)`): on the others this process itself uses the value."""
+    starts = _process_starts_after(model, node)
+    if not starts or any(not _runs_only_on_some_paths(model, site.node, node) for site in starts):
+        return None
+    return starts[0].node
+
+
+def _process_starts_after(model: SemanticModel, node: cst.CSTNode) -> list:
     scope, order = model.scope(node), model.order(node)
-    for site in model.calls:
-        if site.scope is scope and site.order > order and site.qualified_name is not None:
-            if site.qualified_name.startswith(PROCESS_STARTERS):
+    return [
+        site
+        for site in model.calls
+        if site.scope is scope and site.order > order and site.qualified_name is not None
+        and site.qualified_name.startswith(PROCESS_STARTERS)
+    ]
+
+
+def _runs_only_on_some_paths(model: SemanticModel, later: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+    """`later` sits in a branch or loop body (an `if`/`else`, `for`, `while`, `except`,
+    `match` block) that `earlier` is not in. A `with` or `try` body does run."""
+    around_earlier = set(model.ancestors(earlier))
+    scope_node = model.scope(later).node
+    for ancestor in model.ancestors(later):
+        if ancestor is scope_node:
+            break
+        if isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            owner = model.parent(ancestor)
+            if owner is scope_node or isinstance(owner, (cst.With, cst.Try, cst.TryStar)):
+                continue
+            if ancestor not in around_earlier:
                 return True
     return False

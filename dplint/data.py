@@ -36,9 +36,28 @@ TORCH_SAMPLERS = {
 LOADER_SHUFFLE = (2, "shuffle")
 LOADER_SAMPLER = (3, "sampler")
 
+# Subclasses of torch's DataLoader in well-known libraries that hand `shuffle` and `sampler`
+# on to it unchanged, with where each takes them. PyG 2.x `torch_geometric.loader.DataLoader
+# (dataset, batch_size=1, shuffle=False, follow_batch=None, exclude_keys=None, **kwargs)`
+# calls `super().__init__(dataset, batch_size, shuffle, ..., **kwargs)`; PyG 1.x had the same
+# class as `torch_geometric.data.DataLoader`. Any other library's `DataLoader` is unknown.
+_PYG_ARGUMENTS = {"shuffle": (2, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
+LOADER_CLASSES = {
+    DATA_LOADER: {"shuffle": LOADER_SHUFFLE, "sampler": LOADER_SAMPLER, "batch_sampler": (4, "batch_sampler")},
+    "torch_geometric.loader.DataLoader": _PYG_ARGUMENTS,
+    "torch_geometric.loader.dataloader.DataLoader": _PYG_ARGUMENTS,
+    "torch_geometric.data.DataLoader": _PYG_ARGUMENTS,
+}
+
 
 def is_loader_call(model: SemanticModel, call: cst.Call) -> bool:
-    return model.qualified_name(call.func) == DATA_LOADER
+    return model.qualified_name(call.func) in LOADER_CLASSES
+
+
+def loader_argument(model: SemanticModel, call: cst.Call, which: str) -> Optional[cst.BaseExpression]:
+    """The `shuffle` / `sampler` / `batch_sampler` a loader construction is given, or None."""
+    where = LOADER_CLASSES.get(model.qualified_name(call.func) or "", {}).get(which)
+    return argument(call, *where) if where is not None else None
 
 
 def sampler_call(model: SemanticModel, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None) -> Optional[cst.Call]:
@@ -51,7 +70,32 @@ def sampler_call(model: SemanticModel, expr: Optional[cst.BaseExpression], at: O
 
 def loader_sampler(model: SemanticModel, loader: cst.Call) -> Optional[cst.Call]:
     """The sampler construction passed to a DataLoader call, or None when unknown or absent."""
-    return sampler_call(model, argument(loader, *LOADER_SAMPLER), loader)
+    return sampler_call(model, loader_argument(model, loader, "sampler"), loader)
+
+
+def is_torch_sampler(value) -> bool:
+    """A flow `Value` that is a construction of one of torch's samplers (in its own file)."""
+    expr = peel_self_returning(value.expr)
+    return isinstance(expr, cst.Call) and value.model.qualified_name(expr.func) in TORCH_SAMPLERS
+
+
+def sampler_with_true_shuffle(model: SemanticModel, loader: cst.Call):
+    """The first torch sampler `Value` a loader may get on a path where its `shuffle` is
+    provably true on that same path; None when no path is known to have both.
+
+    Conditions are judged together: `sampler = DistributedSampler(ds) if dist else None`
+    with `shuffle=True` has both on the `dist` path; with `shuffle=(sampler is None)`,
+    `shuffle=not dist` or a `shuffle` set False in the branch that sets the sampler, none.
+    """
+    shuffle = loader_argument(model, loader, "shuffle")
+    sampler = loader_argument(model, loader, "sampler")
+    if shuffle is None or sampler is None:
+        return None
+    flow = model.flow
+    for value in flow.values_at(sampler, loader):
+        if value.known and is_torch_sampler(value) and flow.truth(shuffle, loader, value.conditions) is True:
+            return value
+    return None
 
 
 def is_distributed_sampler(model: SemanticModel, call: Optional[cst.Call]) -> bool:
@@ -79,6 +123,19 @@ SAMPLER_ATTRIBUTES = {"sampler", "batch_sampler", "set_epoch", "epoch"}
 
 
 @dataclass(eq=False)
+class Iteration:
+    """One place the sampler's loader is iterated, possibly in another function or file."""
+
+    model: SemanticModel
+    node: cst.CSTNode  # the `for` over it, or the `iter(loader)` call
+    epoch_loops: list  # loops that run this iteration again (outermost first), across calls
+    trains: bool  # its batches reach a backward() (in the loop, a callee, or a consumer)
+    # The epoch loop surely counts epochs (a `for` over the loader inside it): a fix may use
+    # its variable. Not for `iter()`/`next()` steps, generators or loops in a caller.
+    fixable: bool = True
+
+
+@dataclass(eq=False)
 class SamplerFlow:
     """Where one sampler construction goes, as far as this file shows.
 
@@ -91,7 +148,7 @@ class SamplerFlow:
     """
 
     sampler: cst.Call
-    iterations: list[cst.For] = field(default_factory=list)  # `for` loops over it or its loader
+    iterations: list[Iteration] = field(default_factory=list)  # where it or its loader is iterated
     # (binding, path, certain): certain when, wherever the name is live, it holds this value
     holders: list[tuple[Binding, tuple[str, ...], bool]] = field(default_factory=list)
     sets_epoch: bool = False  # `.set_epoch(...)` (or `.epoch = ...`) reaches it somewhere
@@ -104,6 +161,21 @@ def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bo
         return False
     shuffle = argument(call, *SAMPLER_SHUFFLE)
     return shuffle is None or static_truth(model, shuffle, call) is True
+
+
+def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
+    """A call of another file's function (through `model.project`) that may return a
+    shuffling `DistributedSampler`: `pick_sampler(ds, distributed)` from `samplers.py`."""
+    if model.project is None or not isinstance(call.func, cst.Name) or call.func.value not in model.imports:
+        return False
+    callee = model.flow.callee(call)
+    if callee is None or callee.model is model or not isinstance(callee.node, cst.FunctionDef):
+        return False
+    for value in callee.model.flow.returned_values(callee, None):
+        expr = peel_self_returning(value.expr)
+        if isinstance(expr, cst.Call) and value.model is callee.model and is_shuffling_distributed_sampler(value.model, expr):
+            return True
+    return False
 
 
 def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
@@ -133,7 +205,44 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         _follow_argument(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, cst.For) and parent.iter is occurrence:
-        flow.iterations.append(parent)
+        flow.iterations.append(_iteration(model, parent))
+        return
+    if path and path[0].startswith("["):
+        # An element of a tuple: `train_dl, val_dl = make_loaders()` or `make_loaders()[0]`.
+        index = int(path[0][1:-1])
+        if isinstance(parent, cst.Subscript) and parent.value is occurrence:
+            element = parent.slice[0].slice if len(parent.slice) == 1 else None
+            if isinstance(element, cst.Index) and isinstance(element.value, cst.Integer) and int(element.value.value) == index:
+                _follow(model, parent, path[1:], flow, seen, certain)
+                return
+        if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is occurrence:
+            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+            if len(targets) == 1 and isinstance(targets[0], (cst.Tuple, cst.List)):
+                elements = targets[0].elements
+                if index < len(elements) and not any(isinstance(e, cst.StarredElement) for e in elements):
+                    key = model.binding_key(elements[index].value, parent)
+                    binding = next((b for b in model.bindings.get(key or "", ()) if b.node is parent), None)
+                    if binding is not None:
+                        _follow_binding(model, binding, path[1:], flow, seen, certain)
+                        return
+        if isinstance(parent, cst.Return) or _only_tested(parent, occurrence):
+            if isinstance(parent, cst.Return):
+                _follow_return(model, parent, path, flow, seen, certain)
+            return
+        flow.escapes = True
+        return
+    if isinstance(parent, cst.Element) and isinstance(model.parent(parent), cst.Tuple):
+        tuple_node = model.parent(parent)
+        if isinstance(model.parent(tuple_node), cst.Return) and not any(
+            isinstance(e, cst.StarredElement) for e in tuple_node.elements
+        ):
+            index = next(i for i, e in enumerate(tuple_node.elements) if e is parent)
+            _follow_return(model, model.parent(tuple_node), (f"[{index}]", *path), flow, seen, certain)
+            return
+        flow.escapes = True
+        return
+    if isinstance(parent, cst.Return):
+        _follow_return(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is occurrence:
         targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
@@ -184,9 +293,111 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     elif builtin_name(model, call.func) in HARMLESS_BUILTINS:
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
-        flow.iterations.append(iterating_loop(model, call))
-    else:
-        flow.escapes = True
+        flow.iterations.append(_iteration(model, iterating_loop(model, call)))
+    elif builtin_name(model, call.func) == "iter" and len(call.args) == 1:
+        flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
+    elif not _follow_into_callee(model, call, arg, path, flow, seen, certain):
+        flow.escapes = True  # handed to code we can't see into: it may call set_epoch
+
+
+def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow,
+                        seen: set, certain: bool) -> bool:
+    """Follow an argument into the parameter of a function or class of this file (or of the
+    project); False when the callee is unknown code."""
+    callee = model.flow.callee(call)
+    function = callee.function if callee is not None else None
+    if function is None:
+        return False
+    name = _parameter_for(model, call, arg, function, callee.bound)
+    if name is None:
+        return False
+    other = callee.model
+    binding = next((b for b in other.bindings.get(name, ()) if isinstance(b.node, cst.Param)
+                    and other.scope(b.node) is other.scope(function.body)), None)
+    if binding is None:
+        return False
+    _follow_binding(other, binding, path, flow, seen, certain)
+    return True
+
+
+def _parameter_for(model: SemanticModel, call: cst.Call, arg: cst.Arg, function: cst.FunctionDef, bound: bool) -> Optional[str]:
+    params = function.params
+    positional = [*params.posonly_params, *params.params]
+    if bound:
+        positional = positional[1:]
+    if arg.keyword is not None:
+        names = {p.name.value for p in (*positional, *params.kwonly_params)}
+        return arg.keyword.value if arg.keyword.value in names else None
+    index = [a for a in call.args if a.keyword is None].index(arg)
+    return positional[index].name.value if index < len(positional) else None
+
+
+def _follow_return(model: SemanticModel, statement: cst.Return, path: tuple[str, ...], flow: SamplerFlow, seen: set,
+                   certain: bool) -> None:
+    """A returned sampler or loader goes on at every call of its function in this file."""
+    function = next((a for a in model.ancestors(statement) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+    sites = model.flow.call_sites(function) if isinstance(function, cst.FunctionDef) else None
+    if not sites or (function, path) in seen:
+        flow.escapes = True  # returned to callers we can't see
+        return
+    seen.add((function, path))
+    certain = certain and len(model.flow.own_returns(function)) == 1  # other returns: not always this one
+    for call, _ in sites:
+        _follow(model, call, path, flow, seen, certain)
+
+
+def _iteration(model: SemanticModel, node: cst.CSTNode) -> Iteration:
+    """Where a loop over the loader (or an `iter(loader)`) runs again and whether it trains:
+    the loops around it, else around the calls of its function; a generator that yields
+    its batches trains when what consumes it does."""
+    function = _enclosing_function(model, node)
+    if isinstance(node, cst.For) and function is not None and model.flow.is_generator(function):
+        return Iteration(model, node, loops_around(model, node), _generator_trains(model, function), False)
+    if isinstance(node, cst.Call):  # iter(loader): each call starts a new pass
+        around = loops_around(model, node)
+        trains = bool(around) and runs_backward(model, around[-1])
+        return Iteration(model, node, around or _loops_around_calls(model, function, 3), trains, False)
+    around = loops_around(model, node)
+    if around:
+        return Iteration(model, node, around, runs_backward(model, node))
+    return Iteration(model, node, _loops_around_calls(model, function, 3), runs_backward(model, node), False)
+
+
+def _enclosing_function(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    scope = model.scope(node)
+    return scope.node if isinstance(scope.node, cst.FunctionDef) else None
+
+
+def _loops_around_calls(model: SemanticModel, function: Optional[cst.FunctionDef], depth: int) -> list:
+    """The loops around the calls of a function (`run()` loops over epochs calling `_one_pass()`)."""
+    if function is None or depth <= 0:
+        return []
+    for call, _ in model.flow.call_sites(function) or ():
+        around = loops_around(model, call) or _loops_around_calls(model, _enclosing_function(model, call), depth - 1)
+        if around:
+            return around
+    return []
+
+
+def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
+    """The generator's batches are drawn (`for b in gen(...)`, `next(it)`) in a training loop."""
+    for call, _ in model.flow.call_sites(generator) or ():
+        parent = model.parent(call)
+        if isinstance(parent, cst.For) and parent.iter is call:
+            if runs_backward(model, parent):
+                return True
+            continue
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            key = model.binding_key(parent.targets[0].target, parent)
+            for node, scope, _ in model.references.get(key or "", ()):
+                use = model.parent(node)
+                if isinstance(use, cst.Arg) and builtin_name(model, model.parent(use).func) == "next":
+                    around = loops_around(model, use)
+                    if around and runs_backward(model, around[-1]):
+                        return True
+                elif isinstance(use, cst.For) and use.iter is node and runs_backward(model, use):
+                    return True
+    return False
 
 
 def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...], flow: SamplerFlow, seen: set,
@@ -264,6 +475,12 @@ def _is_load(model: SemanticModel, node: cst.CSTNode) -> bool:
     """Whether a recorded Name/Attribute occurrence reads the variable (not a store, a
     keyword, a parameter, an attribute name or an import)."""
     parent = model.parent(node)
+    while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+        node, parent = parent, model.parent(parent)  # `a, b = None, None`: a store
+        if isinstance(parent, (cst.AssignTarget, cst.For, cst.CompFor)) and getattr(parent, "target", None) is node:
+            return False
+        if not isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+            return True
     if isinstance(parent, cst.Attribute):
         return parent.attr is not node
     if isinstance(parent, cst.Arg):
@@ -318,7 +535,33 @@ def runs_backward(model: SemanticModel, loop: cst.CSTNode) -> bool:
     `loss.backward()`, `scaler.scale(l).backward()`, `accelerator.backward(l)`,
     `torch.autograd.backward`)."""
     scope = model.scope(loop)
-    return any(loop in backprop.site.loops and backprop.site.scope is scope for backprop in backprops(model))
+    if any(loop in backprop.site.loops and backprop.site.scope is scope for backprop in backprops(model)):
+        return True
+    return any(
+        loop in site.loops and site.scope is scope and _callee_runs_backward(model, site.node, 3)
+        for site in model.calls
+    )
+
+
+def _callee_runs_backward(model: SemanticModel, call: cst.Call, depth: int) -> bool:
+    """`self._step(batch)` whose body (or its callees', 3 deep) runs backward."""
+    if depth <= 0:
+        return False
+    callee = model.flow.callee(call)
+    function = callee.function if callee is not None and isinstance(callee.node, cst.FunctionDef) else None
+    if function is None:
+        return False
+    other = callee.model
+    memo = other.flow.__dict__.setdefault("_runs_backward", {})
+    if function in memo:
+        return memo[function]
+    memo[function] = False  # recursion
+    scope = other.scope(function.body)
+    found = any(backprop.site.scope is scope for backprop in backprops(other)) or any(
+        site.scope is scope and _callee_runs_backward(other, site.node, depth - 1) for site in other.calls
+    )
+    memo[function] = found
+    return found
 
 
 def epoch_count_loop(model: SemanticModel, loop: cst.CSTNode) -> Optional[str]:

@@ -1,8 +1,10 @@
 """Shared knowledge of multi-process scripts: does a file run on several ranks, and which code
 runs on one rank only.
 
-A file runs on several ranks when it calls `torch.distributed.init_process_group` or builds a
-`DistributedDataParallel`. Code runs on one rank (or on a rank-dependent subset) when it sits
+A file runs on several ranks when it starts a process group (`init_process_group`,
+`deepspeed.init_distributed()`, `Accelerator()`, `hvd.init()`, or a helper named like
+`init_distributed_mode`), builds a `DistributedDataParallel` or a `DistributedSampler`, or
+reads the `LOCAL_RANK` a launcher passes. Code runs on one rank (or on a rank-dependent subset) when it sits
 under a *rank guard*: an `if` (or `x if ... else y`, or `... and x`) whose test involves a
 rank or a main-process helper (`rank == 0`, `dist.get_rank() == 0`,
 `args.local_rank in (-1, 0)`, `int(os.environ["RANK"]) == 0`, `is_main_process()`,
@@ -12,8 +14,11 @@ or in a function defined in this file whose every call we can see is itself guar
 
 "Involves a rank" is judged from the words the code uses, because rank-0 helpers live in
 other files: an identifier or string mentioning rank, master, main process, global zero,
-world/local process zero, or primary; a name bound to such an expression; a call to a
-function of this file that returns one. Where the code can't tell (a function nobody in this
+world/local process zero, or primary; a name bound (on any path) to such an expression; an
+attribute this file assigns such an expression to (`self.is_logger = rank == 0`,
+`args.save_logs = args.logs and is_main_process()`); a call to a function of this file that
+returns one. A machine's index (`node_rank == 0`, `args.nr == 0`, `machine_rank`) is not a
+process rank: every process of that machine passes it. Where the code can't tell (a function nobody in this
 file calls, a callback), the answer is "can't tell" and rules stay silent.
 """
 
@@ -29,6 +34,25 @@ import libcst as cst
 from dplint.semantic import SemanticModel, argument, dotted_name, peel_self_returning
 
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+# Calls that make the process one rank of several (launched by torchrun, mp.spawn, a
+# launcher of another library): the code after them runs on every rank.
+PROCESS_GROUP_STARTS = {
+    INIT_PROCESS_GROUP,
+    "deepspeed.init_distributed",
+    "deepspeed.initialize",
+    "accelerate.Accelerator",
+    "horovod.torch.init",
+    "torch.distributed.launcher.api.elastic_launch",
+}
+# Project helpers that start the process group (`utils.init_distributed_mode(args)` in the
+# DETR/DeiT family, `init_dist(launcher)` in MMCV's, `setup_ddp(rank, world)`...): judged by
+# name, since they live in another file.
+PROCESS_GROUP_HELPER_WORDS = re.compile(
+    r"^_?(init|setup)_?(dist|distributed|ddp|process_group)(_mode|_env|_training)?$|^(dist|ddp)_?(init|setup)$",
+    re.IGNORECASE,
+)
+# Classes that only exist in a multi-process run.
+MULTI_PROCESS_CLASSES = {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
 # Start one process per rank, each running the function passed first.
 SPAWNERS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"}
 # `sys.exit()` and friends end the rank that runs them, like `return` ends a function.
@@ -38,6 +62,9 @@ RANK_WORDS = re.compile(
     r"rank|master|main_?process|is_main|global_zero|process_zero|is_primary|is_chief",
     re.IGNORECASE,
 )
+# The index of a machine, not of a process: `node_rank == 0` (or `args.nr == 0`) is true for
+# every process of the first machine, so it guards nothing on one machine.
+NODE_WORDS = re.compile(r"node_?rank|machine_?rank|group_?rank|node_?id|^nr$|^node$", re.IGNORECASE)
 # `args.gpu == 0` / `device_id == 0`: the process index under mp.spawn, compared with 0.
 DEVICE_INDEX_WORDS = re.compile(r"gpu|device_id", re.IGNORECASE)
 MAX_DEPTH = 8
@@ -52,10 +79,44 @@ class Route:
 
 
 def is_multi_process(model: SemanticModel) -> bool:
-    """The file initialises a process group or builds a DistributedDataParallel."""
-    return any(site.qualified_name == INIT_PROCESS_GROUP for site in model.calls) or any(
-        wrapping.kind == "DDP" for wrapping in model.wrappings
-    )
+    """The file runs as one of several processes: it starts a process group (itself, through
+    DeepSpeed, Accelerate or Horovod, or through a helper named like `init_distributed_mode`),
+    builds a DistributedDataParallel or a DistributedSampler, or reads the `LOCAL_RANK` that a
+    launcher (torchrun, `torch.distributed.launch`, deepspeed) hands every process."""
+    if any(wrapping.kind == "DDP" for wrapping in model.wrappings):
+        return True
+    for site in model.calls:
+        if starts_process_group(model, site.node) or site.qualified_name in MULTI_PROCESS_CLASSES:
+            return True
+    return _reads_launcher_rank(model)
+
+
+def starts_process_group(model: SemanticModel, call: cst.Call) -> bool:
+    """`dist.init_process_group(...)`, `deepspeed.init_distributed()`, `Accelerator()`, or a
+    call of a helper named like one (`utils.init_distributed_mode(args)`)."""
+    name = model.qualified_name(call.func)
+    if name in PROCESS_GROUP_STARTS:
+        return True
+    callee = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
+    return isinstance(callee, str) and PROCESS_GROUP_HELPER_WORDS.search(callee) is not None
+
+
+def _reads_launcher_rank(model: SemanticModel) -> bool:
+    """`parser.add_argument("--local_rank", ...)`, `int(os.environ["LOCAL_RANK"])`,
+    `os.getenv("LOCAL_RANK")`, `torch.cuda.set_device(args.local_rank)`: the script is started once per GPU by a launcher. (Calls'
+    arguments only: a full walk of the file would cost every file with a `torch.save`.)"""
+    for site in model.calls:
+        for arg in site.node.args:
+            value = arg.value
+            if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
+                value = value.slice[0].slice.value
+            if isinstance(value, cst.SimpleString) and value.value.strip("'\"").lstrip("-").lower() in (
+                "local_rank", "local-rank"
+            ):
+                return True
+            if isinstance(value, cst.Attribute) and value.attr.value == "local_rank":
+                return True  # `torch.cuda.set_device(args.local_rank)`: parsed in another file
+    return False
 
 
 # ------------------------------------------------------------------------ rank tests
@@ -64,17 +125,22 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
     if expr is None:
         return False
     for node in _subtree(expr):
-        if isinstance(node, cst.Name) and RANK_WORDS.search(node.value):
+        if isinstance(node, cst.Name) and is_rank_word(node.value):
             return True
-        if isinstance(node, cst.Attribute) and RANK_WORDS.search(node.attr.value):
+        if isinstance(node, cst.Attribute) and is_rank_word(node.attr.value):
             return True
-        if isinstance(node, (cst.SimpleString, cst.FormattedStringText)) and RANK_WORDS.search(node.value):
+        if isinstance(node, (cst.SimpleString, cst.FormattedStringText)) and is_rank_word(node.value.strip("'\"")):
             return True
         if isinstance(node, cst.Comparison) and _device_index_is_zero(node):
             return True
         if depth > 0 and isinstance(node, cst.Name) and _is_operand(model, node):
-            value = model.value_at(node, node)  # `is_master = rank == 0` ... `if is_master:`
-            if value is not None and value is not node and mentions_rank(model, value, depth - 1):
+            # `is_master = rank == 0` ... `if is_master:`, on any of its assignments
+            # (`log = False` then `if dist: log = rank == 0`).
+            if any(mentions_rank(model, value, depth - 1) for value in _assigned_values(model, node)):
+                return True
+        if depth > 0 and isinstance(node, cst.Attribute) and _is_operand(model, node):
+            # `self.is_logger = rank == 0` in `__init__`, `args.save_logs = ... and is_main_process()`.
+            if any(mentions_rank(model, value, depth - 1) for value in _attribute_values(model, node)):
                 return True
         if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
             if any(_returns_rank_test(model, function, depth - 1) for function in model.functions.get(node.func.value, ())):
@@ -82,7 +148,45 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
     return False
 
 
-def _is_operand(model: SemanticModel, name: cst.Name) -> bool:
+def is_rank_word(text: str) -> bool:
+    """An identifier or string naming a process rank or the main process, not a machine's index."""
+    return RANK_WORDS.search(text) is not None and NODE_WORDS.search(text) is None
+
+
+def _assigned_values(model: SemanticModel, name: cst.Name) -> list[cst.BaseExpression]:
+    """Every value the name's scope assigns to it (not only the textually last one)."""
+    live = model.binding_at(name.value, name) if name in model._order else None
+    if live is None:
+        return []
+    return [b.value for b in model.bindings.get(name.value, ()) if b.scope is live.scope and b.value is not None]
+
+
+_ATTRIBUTE_VALUES: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _attribute_values(model: SemanticModel, attribute: cst.Attribute) -> list[cst.BaseExpression]:
+    """The values this file assigns to an attribute spelled the same way (`args.save_logs = ...`,
+    `self.is_logger = ...` in any method)."""
+    table = _ATTRIBUTE_VALUES.get(model)
+    if table is None:
+        table = {}
+        for node in _subtree(model.module):
+            if isinstance(node, cst.Assign):
+                targets = [target.target for target in node.targets]
+            elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+                targets = [node.target]
+            else:
+                continue
+            for target in targets:
+                dotted = dotted_name(target) if isinstance(target, cst.Attribute) else None
+                if dotted is not None:
+                    table.setdefault(dotted, []).append(node.value)
+        _ATTRIBUTE_VALUES[model] = table
+    dotted = dotted_name(attribute)
+    return table.get(dotted, []) if dotted is not None else []
+
+
+def _is_operand(model: SemanticModel, name: cst.BaseExpression) -> bool:
     """A name used as a value, not as the object of an attribute or a callee (`args` in
     `args.x`, `f` in `f()`): only such names are followed to what they hold."""
     parent = model.parent(name)
@@ -148,7 +252,7 @@ def _has_rank_decorator(definition: cst.CSTNode) -> bool:
         return False
     for decorator in definition.decorators:
         target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
-        if isinstance(target, (cst.Name, cst.Attribute)) and RANK_WORDS.search(_last_identifier(target)):
+        if isinstance(target, (cst.Name, cst.Attribute)) and is_rank_word(_last_identifier(target)):
             return True
     return False
 
@@ -183,6 +287,7 @@ def _ends_in_exit(model: SemanticModel, block: cst.BaseSuite) -> bool:
 class _CallGraph:
     callers: dict[cst.FunctionDef, list[cst.Call]]
     spawned: set[cst.FunctionDef]
+    starts_group: set[cst.FunctionDef]  # functions that start the process group themselves
 
 
 _GRAPHS: "weakref.WeakKeyDictionary[SemanticModel, _CallGraph]" = weakref.WeakKeyDictionary()
@@ -196,8 +301,9 @@ def callers_of(model: SemanticModel, function: cst.FunctionDef) -> list[cst.Call
 def every_rank_reaches(model: SemanticModel, node: cst.CSTNode) -> Optional[Route]:
     """A Route when every rank provably runs `node`; None when guarded or when we can't tell.
 
-    Module-level code and functions started by `torch.multiprocessing.spawn` run on every
-    rank; a function does when one of its calls in this file does, unguarded.
+    Module-level code, functions started by `torch.multiprocessing.spawn` and functions that
+    start the process group themselves run on every rank; a function does when one of its
+    calls in this file does, unguarded.
     """
     return _route(model, node, frozenset())
 
@@ -212,7 +318,7 @@ def _route(model: SemanticModel, node: cst.CSTNode, visiting: frozenset) -> Opti
     if not isinstance(function, cst.FunctionDef) or function in visiting:
         return None
     graph = _graph(model)
-    if function in graph.spawned:
+    if function in graph.spawned or function in graph.starts_group:
         return Route()
     for call in graph.callers.get(function, ()):
         route = _route(model, call, visiting | {function})
@@ -224,13 +330,28 @@ def _route(model: SemanticModel, node: cst.CSTNode, visiting: frozenset) -> Opti
 def _graph(model: SemanticModel) -> _CallGraph:
     graph = _GRAPHS.get(model)
     if graph is None:
-        graph = _CallGraph({}, set())
+        graph = _CallGraph({}, set(), set())
         for site in model.calls:
+            if starts_process_group(model, site.node):
+                # An `mp.spawn` target (or a `main` a launcher runs once per GPU) that calls
+                # `init_process_group` itself runs on every rank, whoever calls it.
+                function = enclosing_function(model, site.node)
+                if isinstance(function, cst.FunctionDef):
+                    graph.starts_group.add(function)
             if site.qualified_name in SPAWNERS:
                 graph.spawned.update(_called_functions(model, argument(site.node, 0, "fn"), site.node))
                 continue
             for function in _called_functions(model, site.node.func, site.node):
                 graph.callers.setdefault(function, []).append(site.node)
+        # A function that calls one of those (`setup(rank, world)` first thing in `train`)
+        # starts it too.
+        pending = list(graph.starts_group)
+        while pending:
+            for call in graph.callers.get(pending.pop(), ()):
+                caller = enclosing_function(model, call)
+                if isinstance(caller, cst.FunctionDef) and caller not in graph.starts_group:
+                    graph.starts_group.add(caller)
+                    pending.append(caller)
         _GRAPHS[model] = graph
     return graph
 
@@ -277,3 +398,20 @@ def _visible_functions(model: SemanticModel, name: str, at: cst.CSTNode, kind=cs
 def _methods(model: SemanticModel, class_node: cst.CSTNode, name: str) -> list[cst.FunctionDef]:
     body = class_node.body.body if isinstance(class_node, cst.ClassDef) else ()
     return [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+
+
+def passed_for(model: SemanticModel, function: cst.FunctionDef, param: cst.Param) -> list[cst.BaseExpression]:
+    """What this file's calls of `function` pass for one of its parameters (its default where a
+    call passes nothing)."""
+    positional = [*function.params.posonly_params, *function.params.params]
+    index: Optional[int] = positional.index(param) if param in positional else None
+    if index is not None and model.scope(function).kind == "class":
+        index -= 1  # `self.save(state, path)`: self is not among the call's arguments
+    passed = []
+    for call in callers_of(model, function):
+        value = argument(call, index, param.name.value) if index is not None and index >= 0 else argument(call, None, param.name.value)
+        if value is not None:
+            passed.append(value)
+        elif param.default is not None:
+            passed.append(param.default)
+    return passed

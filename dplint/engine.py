@@ -24,6 +24,7 @@ from dplint.rule import (
     tokens_match,
 )
 from dplint.semantic import SemanticModel
+from dplint.project import owns
 from dplint.source import LINE_BREAK, call_with_deep_stack, line_starts, python_syntax_error
 from dplint.suppressions import apply_suppressions
 
@@ -41,6 +42,8 @@ class LintResult:
     findings: list[Finding] = field(default_factory=list)
     facts: dict = field(default_factory=dict)  # rule code -> JSON-able facts for project checks
     errors: list[str] = field(default_factory=list)  # internal errors, one line each
+    # Other project files the analysis read ({path: content hash}): the cache checks them.
+    dependencies: dict = field(default_factory=dict)
 
 
 def rules_for(codes: Iterable[str]) -> list[Rule]:
@@ -60,14 +63,26 @@ def parse_error_finding(path: str, message: str, row: int = 1, column: int = 1) 
     return Finding(PARSE_ERROR_CODE, PARSE_ERROR_NAME, message, Severity.ERROR, path, location, location)
 
 
-def lint_source(text: str, path: str, rules: Sequence[Rule]) -> LintResult:
-    """Lint one file's text. Never raises for bad input: a syntax error becomes DPL000."""
-    active = [rule for rule in rules if could_match(text, rule)]
+def lint_source(text: str, path: str, rules: Sequence[Rule], project=None) -> LintResult:
+    """Lint one file's text. Never raises for bad input: a syntax error becomes DPL000.
+
+    With a `project` (`dplint.project.Project`), values are followed into the project files
+    this one imports, and the pre-filter reads their text too (a loader built by an imported
+    helper makes a file without the word `DistributedSampler` worth parsing); without one,
+    the file is analysed alone."""
+    closure = project.import_closure(path, text) if project is not None else {}
+    searched = text if not closure else "\n".join((text, *closure.values()))
+    active = [rule for rule in rules if could_match(searched, rule)]
     if not active:
-        return LintResult()
+        return LintResult(dependencies=project.hashes(closure) if closure else {})
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError:
+        from dplint.legacy import lint_legacy  # pre-3.7 code: `x.cuda(async=True)`
+
+        legacy = lint_legacy(text, path, active, rules, project, _lint_module)
+        if legacy is not None:
+            return legacy
         # Python's own message and position: LibCST's point at the wrong place (Python 2's
         # `print x` comes out on line 2) and dump its grammar.
         python = python_syntax_error(text)
@@ -78,17 +93,20 @@ def lint_source(text: str, path: str, rules: Sequence[Rule]) -> LintResult:
     except (RecursionError, MemoryError) as error:
         return LintResult([parse_error_finding(path, f"cannot parse: {type(error).__name__}")])
     try:
-        return _lint_module(text, path, module, active, rules)
+        return _lint_module(text, path, module, active, rules, project)
     except RecursionError:
         pass
     try:  # deeply nested code: once more, on a thread with a deep stack
-        return call_with_deep_stack(_lint_module, text, path, module, active, rules)
+        return call_with_deep_stack(_lint_module, text, path, module, active, rules, project)
     except RecursionError:
         return LintResult([parse_error_finding(path, "cannot analyse: nested too deeply")])
 
 
-def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule], rules: Sequence[Rule]) -> LintResult:
+def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule], rules: Sequence[Rule],
+                 project=None) -> LintResult:
     model = SemanticModel(module, path)
+    if project is not None:
+        project.register(model)
     result = LintResult()
     reported: list[tuple[Rule, Violation]] = []
     for rule in active:
@@ -99,12 +117,23 @@ def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule
                 result.facts[rule.code] = facts
         except Exception as error:  # a rule bug must not take the other rules or files down
             result.errors.append(f"{path}: internal error in {rule.code} ({rule.name}): {type(error).__name__}: {error}")
+    codes = frozenset(rule.code for rule in rules)
+    elsewhere: dict[SemanticModel, list[Finding]] = {}
     if reported:
         resolver = _EditResolver(text, model)
         for rule, violation in reported:
-            result.findings.append(resolver.finding(rule, violation))
+            owner = project.model_owning(violation.node) if project is not None and not owns(model, violation.node) else None
+            if owner is None:
+                result.findings.append(resolver.finding(rule, violation))
+            else:  # the place to fix is in a file this one imports from: report it there, no fix
+                elsewhere.setdefault(owner, []).append(_EditResolver(owner.module.code, owner).finding(rule, violation, with_fix=False))
     result.findings.sort(key=lambda finding: finding.sort_key)
-    result.findings = apply_suppressions(text, path, result.findings, frozenset(rule.code for rule in rules))
+    result.findings = apply_suppressions(text, path, result.findings, codes)
+    for owner, findings in elsewhere.items():
+        findings.sort(key=lambda finding: finding.sort_key)
+        result.findings.extend(apply_suppressions(owner.module.code, owner.path, findings, codes))
+    if project is not None:
+        result.dependencies = {**project.hashes(project.import_closure(path, text)), **project.dependencies(path)}
     return result
 
 
@@ -116,7 +145,7 @@ class _EditResolver:
         self.model = model
         self.starts = line_starts(text)
 
-    def finding(self, rule: Rule, violation: Violation) -> Finding:
+    def finding(self, rule: Rule, violation: Violation, with_fix: bool = True) -> Finding:
         start, end = self.model.position(violation.node)
         finding = Finding(
             code=rule.code,
@@ -127,7 +156,7 @@ class _EditResolver:
             location=Position(start.line, start.column + 1),
             end_location=Position(end.line, end.column + 1),
         )
-        fix = violation.fix
+        fix = violation.fix if with_fix else None
         if fix is not None:
             edits = [self.resolve(edit) for edit in fix.edits]
             if fix.applicability is Applicability.DISPLAY or all(edit is not None for edit in edits):
@@ -152,6 +181,8 @@ class _EditResolver:
 
     def resolve(self, edit: Edit) -> Optional[TextEdit]:
         """The edit as a text change, or None when it cannot be applied cleanly here."""
+        if not owns(self.model, edit.node):
+            return None  # anchored in another file: this file's fix cannot apply it
         content = edit.content if isinstance(edit.content, str) else self.model.code(edit.content, edit.node)
         start, end = self.model.position(edit.node)
         start_offset = self.offset(start.line, start.column)
@@ -239,12 +270,13 @@ def fix_source(
     rules: Sequence[Rule],
     unsafe: bool = False,
     only_codes: Optional[frozenset[str]] = None,
+    project=None,
 ) -> FixResult:
     """Fix in rounds: apply non-overlapping fixes, re-parse, re-lint, until nothing changes."""
     applied: list[Finding] = []
     errors: list[str] = []
     current = text
-    result = lint_source(current, path, rules)
+    result = lint_source(current, path, rules, project)
     for _ in range(MAX_FIX_ROUNDS):
         wanted = [finding for finding in result.findings if fix_is_wanted(finding, unsafe, only_codes)]
         if not wanted:
@@ -262,7 +294,7 @@ def fix_source(
             break
         current = candidate
         applied.extend(round_applied)
-        result = lint_source(current, path, rules)
+        result = lint_source(current, path, rules, project)
     else:
         if any(fix_is_wanted(finding, unsafe, only_codes) for finding in result.findings):
             errors.append(f"{path}: fixes did not converge after {MAX_FIX_ROUNDS} rounds; kept the last valid result")

@@ -40,6 +40,7 @@ class FileReport:
     applied: list[Finding] = field(default_factory=list)  # fixes applied (fix mode)
     diff: str = ""  # unified diff of the fix (fix mode)
     fixed_text: Optional[str] = None  # for stdin
+    dependencies: dict = field(default_factory=dict)  # other project files read: {path: hash}
 
 
 @dataclass
@@ -65,16 +66,34 @@ def problem_finding(path: str, message: str) -> Finding:
     return Finding("DPL000", "parse-error", message, Severity.ERROR, path, location, location)
 
 
-def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
+_PROJECTS: dict = {}  # roots -> Project, one per process (a pool's workers each build their own)
+
+
+def project_for(roots: tuple[str, ...]):
+    """The project (imports resolved across files) shared by every file of a run in this process."""
+    from dplint.project import Project
+
+    if roots not in _PROJECTS:
+        _PROJECTS.clear()
+        _PROJECTS[roots] = Project(roots)
+    return _PROJECTS[roots]
+
+
+def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOptions],
+                 roots: Optional[tuple[str, ...]] = None) -> FileReport:
+    """Lint or fix one file's text; with `roots`, values are followed into the project files
+    it imports (found from its folder up to the project root)."""
     from dplint.engine import fix_source, lint_source, rules_for
 
     rules = rules_for(settings.enabled_codes(path))
+    project = project_for(roots) if roots is not None else None
     report = FileReport(path)
     if fix is None:
-        result = lint_source(text, path, rules)
+        result = lint_source(text, path, rules, project)
         report.findings, report.errors, report.facts = result.findings, result.errors, result.facts
+        report.dependencies = result.dependencies
         return report
-    fixed = fix_source(text, path, rules, unsafe=fix.unsafe, only_codes=fix.only_codes)
+    fixed = fix_source(text, path, rules, unsafe=fix.unsafe, only_codes=fix.only_codes, project=project)
     report.findings, report.errors, report.facts = fixed.remaining.findings, fixed.remaining.errors, fixed.remaining.facts
     report.applied = fixed.applied
     if fixed.text != text:
@@ -87,22 +106,24 @@ def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOpti
     return report
 
 
-def process_text_guarded(text: str, path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
+def process_text_guarded(text: str, path: str, settings: Settings, fix: Optional[FixOptions],
+                         roots: Optional[tuple[str, ...]] = None) -> FileReport:
     """`process_text`, where a dplint bug costs this one file, never the run."""
     try:
         # A deep stack: LibCST's native parser segfaults on deeply nested (valid) code.
-        return call_with_deep_stack(process_text, text, path, settings, fix)
+        return call_with_deep_stack(process_text, text, path, settings, fix, roots)
     except Exception as error:
         reason = "nested too deeply to analyse" if isinstance(error, RecursionError) else f"{type(error).__name__}: {error}"
         return FileReport(path, errors=[f"{path}: internal error: {' '.join(reason.split())}; the file is unchanged"])
 
 
-def process_file(path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
+def process_file(path: str, settings: Settings, fix: Optional[FixOptions],
+                 roots: Optional[tuple[str, ...]] = None) -> FileReport:
     try:
         source = read_source(path)
     except SourceError as error:
         return FileReport(path, [problem_finding(path, str(error))])
-    report = process_text_guarded(source.text, path, settings, fix)
+    report = process_text_guarded(source.text, path, settings, fix, roots)
     if fix is not None and fix.write and report.fixed_text is not None:
         problem = None
         try:
@@ -128,8 +149,8 @@ def _fix_one(args) -> FileReport:
 
 
 def _lint_one(args) -> FileReport:
-    path, text, settings = args
-    return process_text_guarded(text, path, settings, None)
+    path, text, settings, roots = args
+    return process_text_guarded(text, path, settings, None, roots)
 
 
 def may_match(text: str, codes: frozenset[str]) -> bool:
@@ -157,17 +178,19 @@ def run(
     ]
     reports: dict[str, FileReport] = {p.path: FileReport(p.path, [problem_finding(p.path, p.message)]) for p in problems}
     jobs = jobs or available_cpus()
+    # Imports resolve up to the folders the run was started on (or a project root above a file).
+    roots = tuple(sorted({os.path.abspath(p) for p in paths if os.path.isdir(p)}))
 
     cache = None
     if fix is not None:  # fixing writes files: no cache, each worker reads and writes its own file
-        for report in _map(_fix_one, [(path, settings, fix) for path in files], jobs):
+        for report in _map(_fix_one, [(path, settings, fix, roots) for path in files], jobs):
             reports[report.path] = report
     else:
         if cache_dir is not None:
             from dplint.cache import Cache
 
             cache = Cache(cache_dir, settings)
-        todo: list[tuple[str, str, Settings]] = []
+        todo: list[tuple[str, str, Settings, tuple[str, ...]]] = []
         keys: dict[str, str] = {}
         for path in files:
             try:
@@ -183,10 +206,16 @@ def run(
                 if cached is not None:
                     reports[path] = cached
                     continue
-            if may_match(source.text, codes):
-                todo.append((path, source.text, settings))
+            closure: dict[str, str] = {}
+            matches = may_match(source.text, codes)
+            if not matches:
+                # A file may still need parsing for what the project files it imports hold.
+                closure = project_for(roots).import_closure(path, source.text)
+                matches = bool(closure) and may_match("\n".join((source.text, *closure.values())), codes)
+            if matches:
+                todo.append((path, source.text, settings, roots))
             else:
-                reports[path] = FileReport(path)
+                reports[path] = FileReport(path, dependencies=project_for(roots).hashes(closure))
                 if cache is not None:
                     cache.put(path, keys[path], reports[path])
         # Largest first, so that no worker is left with a big file at the end.
@@ -196,11 +225,37 @@ def run(
             if cache is not None and not report.errors:
                 cache.put(report.path, keys[report.path], report)
 
+    _move_findings_to_their_files(reports)
     ordered = [reports[path] for path in sorted(reports)]
     add_project_findings(ordered, settings, cache if fix is None else None)
     if fix is None and cache is not None:
         cache.save()
     return RunReport(ordered, len(files))
+
+
+def _move_findings_to_their_files(reports: dict[str, FileReport]) -> None:
+    """A finding the analysis of one file placed in a file it imports from belongs to that
+    file's report (once, however many files led to it); outside the run it stays where found."""
+    by_absolute = {os.path.abspath(path): path for path in reports}
+    seen: set = set()
+    for report in list(reports.values()):
+        kept = []
+        for finding in report.findings:
+            target = by_absolute.get(os.path.abspath(finding.filename))
+            if target is None or target == report.path:
+                kept.append(finding)
+                continue
+            key = (target, finding.code, finding.location, finding.message)
+            if key not in seen:
+                seen.add(key)
+                finding.filename = target
+                reports[target].findings.append(finding)
+        report.findings = kept
+    for report in reports.values():
+        unique = {}
+        for finding in report.findings:
+            unique.setdefault((finding.code, finding.location, finding.end_location, finding.message), finding)
+        report.findings = sorted(unique.values(), key=lambda f: f.sort_key)
 
 
 def available_cpus() -> int:

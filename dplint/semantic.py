@@ -16,6 +16,11 @@ knows, without importing anything and without LibCST's (slow) scope providers:
 "Before" and "after" mean source order, which is run order inside one function body. Where
 the code can't tell what a name holds (a parameter, a tuple unpacked from a call), the model
 answers ``None`` and rules stay silent: a false positive costs a user's trust.
+
+``model.flow`` (``dplint/flow.py``, built on first use) answers with *all* reaching values
+and the branch conditions they hold under, across the functions and classes of the file and,
+through ``model.project``, across files; its module docstring lists that API.
+``wrapping_bound_to`` and ``static_truth`` already use it.
 """
 
 from __future__ import annotations
@@ -57,6 +62,15 @@ DISTRIBUTED_DATA_PARALLEL = "torch.nn.parallel.DistributedDataParallel"
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
 DATA_LOADER = "torch.utils.data.DataLoader"
 NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode"}
+# Names a project's `from common import *` commonly re-exports; read only when the file
+# never binds the name itself.
+STAR_REEXPORTED_ALIASES = {
+    "torch": "torch",
+    "nn": "torch.nn",
+    "F": "torch.nn.functional",
+    "dist": "torch.distributed",
+    "optim": "torch.optim",
+}
 
 # Module methods that return the module itself: `nn.DataParallel(model).cuda()` is still the
 # wrapper, and `DDP(model.to(rank))` still wraps `model`.
@@ -147,7 +161,23 @@ class SemanticModel:
         self._node_scope: dict[cst.CSTNode, Scope] = {}  # any recorded node -> its scope
         self._wrappings: Optional[list[Wrapping]] = None
         self._positions = None
+        self._flow = None
+        # The cross-file hook: an object with `resolve(qualified_name, importer)` returning
+        # (the other file's SemanticModel, its top-level node) or None; set by the project runner.
+        self.project = None
+        self.star_imports: list[str] = []  # modules of `from X import *`, in source order
+        self.returns: dict[cst.CSTNode, list[cst.Return]] = {}  # function -> its own return statements
+        self.generators: set[cst.CSTNode] = set()  # functions whose own body yields
         _Collector(self).collect(module)
+
+    @property
+    def flow(self):
+        """The value-flow model of this file (`dplint.flow.Flow`), built on first use."""
+        if self._flow is None:
+            from dplint.flow import Flow
+
+            self._flow = Flow(self)
+        return self._flow
 
     # ----------------------------------------------------------------- tree navigation
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -209,10 +239,26 @@ class SemanticModel:
         if dotted is None:
             return None
         head, _, rest = dotted.partition(".")
-        if head not in self.imports:
-            return None
-        name = self.imports[head] + ("." + rest if rest else "")
+        base = self.imports.get(head)
+        if base is None:
+            base = self._star_imported(head)
+            if base is None:
+                return None
+        name = base + ("." + rest if rest else "")
         return CANONICAL_NAMES.get(name, name)
+
+    def _star_imported(self, head: str) -> Optional[str]:
+        """What an unbound name may come from when the file has `from X import *`: a torch
+        module's star import gives `torch.nn.<head>`; any other star import is taken to
+        re-export the usual torch aliases (`torch`, `nn`, `F`, `dist`) and nothing else."""
+        if not self.star_imports or head in self.bindings:
+            return None
+        if head in STAR_REEXPORTED_ALIASES:
+            return STAR_REEXPORTED_ALIASES[head]
+        for module in self.star_imports:
+            if module == "torch" or module.startswith("torch."):
+                return module + "." + head
+        return None
 
     def binding_key(self, expr: Optional[cst.CSTNode], at: Optional[cst.CSTNode] = None) -> Optional[str]:
         """The key a name expression is bound under: "model", or "self.model" inside a method."""
@@ -331,7 +377,10 @@ class SemanticModel:
             for wrapping in self.wrappings:
                 if wrapping.call is value:
                     return wrapping
-        return None
+        # Through every reaching binding, same-file helpers (`on_gpu(DDP(net))`), parameters
+        # with one caller and constructor arguments stored in `self.x`.
+        found = self.flow.wrapped_on_some_path(expr, at)
+        return found if found is not None and found in self.wrappings else None
 
     def wrapping_of_inner(self, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[Wrapping]:
         """The wrapping that wrapped the very object `expr` holds at `at`, into another name.
@@ -525,10 +574,17 @@ class _Collector(cst.CSTVisitor):
             self._bind(local, None, node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        # Relative imports keep their dots (".data.build_loader"): never a torch name, but the
+        # project layer resolves them.
+        dots = "." * len(node.relative)
+        base = dots + (dotted_name(node.module) or "") if node.module is not None else dots
+        if node.module is not None and dotted_name(node.module) is None:
             return
-        base = dotted_name(node.module)
-        if base is None:
+        if isinstance(node.names, cst.ImportStar):
+            if not dots:
+                self.model.star_imports.append(base)
+            return
+        if not base:
             return
         for alias in node.names:
             name = dotted_name(alias.name)
@@ -537,7 +593,7 @@ class _Collector(cst.CSTVisitor):
             local = name
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
-            full = base + "." + name
+            full = base + name if base.endswith(".") else base + "." + name
             self.model.imports[local] = CANONICAL_NAMES.get(full, full)
             self._bind(local, None, node)
 
@@ -737,6 +793,12 @@ class _Collector(cst.CSTVisitor):
         )
         self.model._node_scope[node] = self.scope
 
+    def visit_Return(self, node: cst.Return) -> None:
+        self.model.returns.setdefault(self.scope.node, []).append(node)
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self.model.generators.add(self.scope.node)
+
     def visit_Name(self, node: cst.Name) -> None:
         self.model._node_scope[node] = self.scope
         self.model.references.setdefault(node.value, []).append((node, self.scope, self.model._order[node]))
@@ -841,36 +903,13 @@ def _is_staticmethod(node: cst.FunctionDef) -> bool:
 def static_truth(model: SemanticModel, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None) -> Optional[bool]:
     """Whether an expression is provably truthy (True) or falsy (False); None when unknown.
 
-    Knows literals, names bound to literals, `not x`, and `x is None` / `x is not None`
-    where x holds a call (never None) or the literal None.
+    Knows literals, names whose every reaching value agrees (all branches, same-file
+    callers and helpers: `dplint.flow.Flow.truth`), `not x`, `a and b` / `a or b`, and
+    `x is None` / `x is not None` where x holds a call (never None) or the literal None.
     """
-    at = expr if at is None else at
     if expr is None:
         return None
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        inner = static_truth(model, expr.expression, at)
-        return None if inner is None else not inner
-    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-        target = expr.comparisons[0]
-        if isinstance(target.operator, (cst.Is, cst.IsNot)) and _is_none(target.comparator):
-            left = model.value_at(expr.left, at)
-            if left is None:
-                return None
-            try:
-                is_none = literal_value(left) is None
-            except ValueError:
-                if not isinstance(left, (cst.Call, cst.List, cst.Dict, cst.Tuple, cst.Lambda)):
-                    return None
-                is_none = False
-            return is_none if isinstance(target.operator, cst.Is) else not is_none
-        return None
-    value = model.value_at(expr, at)
-    if value is None:
-        return None
-    try:
-        return bool(literal_value(value))
-    except ValueError:
-        return None
+    return model.flow.truth(expr, expr if at is None else at)
 
 
 def _is_none(expr: cst.BaseExpression) -> bool:

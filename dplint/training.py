@@ -1,13 +1,27 @@
 """Shared knowledge of the training step: what is back-propagated, what feeds it, which calls
-are losses, which run the inner model of a wrapper, and which copy a tensor to the host.
+are losses, which expressions hold a DataParallel/DDP wrapper or the model inside it, and
+which copy a tensor to the host.
 
 "Back-propagated" means something the code shows: `loss.backward()`,
 `scaler.scale(loss).backward()`, `accelerator.backward(loss)` / `fabric.backward(loss)`,
-`engine.backward(loss)` on a DeepSpeed engine, `torch.autograd.backward(loss)`. What *feeds*
-a back-propagated tensor is followed through the names of the same function (its bindings
-in run order), through arithmetic, calls, subscripts and attributes, and through
-`with amp.scale_loss(loss, opt) as scaled:`. A name bound in another function, a loop
-variable or a parameter is not followed: where the code can't tell, nothing feeds.
+`engine.backward(loss)` on a DeepSpeed engine, `torch.autograd.backward(loss)` (`backprops`),
+and, without a backward call in the file, `torch.autograd.grad(loss, ...)`, the return of a
+Lightning `training_step` and the return of a loss module's `forward` (`implicit_roots`).
+
+What *feeds* a back-propagated tensor (`feeds_backward`) is followed backwards from those
+roots through every binding that may reach a read (`model.flow.reaching`), `self.x` across
+the methods of a class, arithmetic, calls, subscripts, attributes, `with amp.scale_loss(...)
+as scaled:`, into the returns of same-file functions, methods and module `forward`s called on
+the way, and from their parameters back to the argument of that very call. Globals read in a
+function, other files' functions and unknown callees are not entered.
+
+Wrappers (`wrappings`, `held_wrapper`): torch's two, a project class that subclasses one, a
+same-file (or, with `model.project`, other-file) function that returns one, and helpers that
+return their argument (`on_gpu(nn.DataParallel(net))`). DeepSpeed engines and
+Accelerate-prepared models are not torch wrappers: nothing is said about them.
+
+Changes wanted in `dplint/flow.py` (kept here meanwhile): `Flow.wrappings_at` knowing these
+wrappers; a parameter held by *every* caller (not only a single call site).
 """
 
 from __future__ import annotations
@@ -18,7 +32,10 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from dplint.flow import Callee
 from dplint.semantic import (
+    SELF_RETURNING_METHODS,
+    WRAPPER_KINDS,
     Binding,
     CallSite,
     SemanticModel,
@@ -38,6 +55,7 @@ BACKWARD_OWNERS = {
 }
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"
 AUTOGRAD_BACKWARD = "torch.autograd.backward"
+AUTOGRAD_GRAD = "torch.autograd.grad"
 # `backward()` keyword arguments that are not tensors being back-propagated.
 BACKWARD_OPTIONS = {"retain_graph", "create_graph", "inputs"}
 
@@ -75,7 +93,7 @@ class Backprop:
 @dataclass(eq=False)
 class _Facts:
     backprops: list[Backprop]
-    flows: dict[Backprop, set[cst.CSTNode]]
+    flows: dict[None, set[cst.CSTNode]]  # one flow for the whole file, computed on first use
 
 
 _FACTS: "weakref.WeakKeyDictionary[SemanticModel, _Facts]" = weakref.WeakKeyDictionary()
@@ -132,57 +150,107 @@ def _owns_backward(model: SemanticModel, receiver: cst.BaseExpression, at: cst.C
 
 
 def feeds_backward(model: SemanticModel, node: cst.CSTNode) -> bool:
-    """Whether the value of `node` flows into a tensor that its own function back-propagates."""
-    return any(node in flow for flow in _flows_in_scope(model, model.scope(node)))
+    """Whether the value of `node` flows into a tensor that the file back-propagates.
+
+    The flow starts at every back-propagated root (`backprops`) and at the values the file
+    hands to a trainer that back-propagates them (`implicit_roots`), and runs backwards:
+    through the names of a function (every binding that may reach the read, see
+    `reaching_bindings`), `self.x` attributes (bound in the same method, else in any method
+    of the class), the returns of same-file functions, methods and `forward`s of same-file
+    classes called on the way, and from a parameter to the argument of the call the flow
+    came in through (or of every call in the file, when the backward is in the function
+    itself). Names of enclosing scopes (globals) are not followed.
+    """
+    return node in _global_flow(model)
 
 
-def _flows_in_scope(model: SemanticModel, scope) -> Iterator[set[cst.CSTNode]]:
+def _global_flow(model: SemanticModel) -> set[cst.CSTNode]:
     facts = _facts(model)
-    for backprop in facts.backprops:
-        if backprop.site.scope is not scope:
-            continue
-        flow = facts.flows.get(backprop)
-        if flow is None:
-            flow = facts.flows[backprop] = _flow(model, backprop)
-        yield flow
+    flow = facts.flows.get(None)
+    if flow is None:
+        roots = [root for backprop in facts.backprops for root in backprop.roots]
+        roots.extend(implicit_roots(model))
+        flow = facts.flows[None] = _flow(model, roots)
+    return flow
 
 
-def _flow(model: SemanticModel, backprop: Backprop) -> set[cst.CSTNode]:
-    """Every expression node whose value (and gradient) can reach what `backprop` back-propagates."""
-    scope = backprop.site.scope
-    seen: set[cst.CSTNode] = set()
-    stack: list[cst.CSTNode] = list(backprop.roots)
+# A call context: the (function, call) pairs the flow entered functions through, innermost last.
+_Context = tuple
+
+
+def _flow(model: SemanticModel, roots: list[cst.BaseExpression]) -> set[cst.CSTNode]:
+    """Every expression node whose value (and gradient) can reach one of `roots`."""
+    seen: set[tuple[cst.CSTNode, _Context]] = set()
+    nodes: set[cst.CSTNode] = set()
+    stack: list[tuple[cst.CSTNode, _Context]] = [(root, ()) for root in roots]
     while stack and len(seen) < _MAX_FLOW_NODES:
-        node = stack.pop()
-        if node in seen:
+        item = stack.pop()
+        if item in seen:
             continue
-        seen.add(node)
+        seen.add(item)
+        node, context = item
+        nodes.add(node)
         if isinstance(node, cst.Name):
-            stack.extend(_binding_sources(model, node, scope))
+            stack.extend(_name_sources(model, node, context))
         elif isinstance(node, cst.Attribute):
-            if node.attr.value != "data":  # `out.data` is detached
-                stack.append(node.value)  # never `.attr`, a name that is not a variable
+            if node.attr.value == "data":  # `out.data` is detached
+                continue
+            key = model.binding_key(node, node)
+            if key is not None and key.startswith("self."):
+                stack.extend((source, ()) for source in _attribute_sources(model, key, node))
+            else:
+                stack.append((node.value, context))  # never `.attr`, a name that is not a variable
         elif isinstance(node, cst.Call):
             method = method_call(node)
             if method is not None and method[1] in GRADIENT_STOPS:
                 continue
+            entered = _entered_function(model, node)
+            if entered is not None:
+                function, returns = entered
+                inner_context = context[-4:] + ((function, node),)
+                stack.extend((value, inner_context) for value in returns)
+                continue
             if not isinstance(node.func, cst.Name):  # the callee's own binding is not data
-                stack.append(node.func)
-            stack.extend(arg.value for arg in node.args)
+                stack.append((node.func, context))
+            stack.extend((arg.value, context) for arg in node.args)
         elif isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
             continue
         else:
-            stack.extend(node.children)
-    return seen
+            stack.extend((child, context) for child in node.children)
+    return nodes
 
 
-def _binding_sources(model: SemanticModel, name: cst.Name, scope) -> list[cst.CSTNode]:
-    """The expressions a name's live binding took its value from, within `scope`."""
-    if model.scope(name) is not scope:
+def _name_sources(model: SemanticModel, name: cst.Name, context: _Context) -> list[tuple[cst.CSTNode, _Context]]:
+    sources: list[tuple[cst.CSTNode, _Context]] = []
+    for binding in reaching_bindings(model, name.value, name):
+        if isinstance(binding.node, cst.Param):
+            sources.extend(_parameter_sources(model, binding.node, context))
+        else:
+            sources.extend((source, context) for source in binding_sources(binding))
+    return sources
+
+
+def _parameter_sources(model: SemanticModel, param: cst.Param, context: _Context) -> list[tuple[cst.CSTNode, _Context]]:
+    """The arguments a parameter takes: from the call the flow came in through, else from every
+    call of the function in the file."""
+    function = _function_of_param(model, param)
+    if function is None:
         return []
-    binding = model.binding_at(name.value, name)
-    if binding is None or binding.scope is not scope:
-        return []
+    for index in range(len(context) - 1, -1, -1):
+        entered, call = context[index]
+        if entered is function:
+            value = argument_for(model, function, param, call)
+            return [(value, context[:index])] if value is not None else []
+    arguments = parameter_arguments(model, param)
+    return [(value, ()) for value in arguments or ()]
+
+
+def _attribute_sources(model: SemanticModel, key: str, at: cst.CSTNode) -> list[cst.CSTNode]:
+    return [source for binding in reaching_bindings(model, key, at) for source in binding_sources(binding)]
+
+
+def binding_sources(binding: Binding) -> list[cst.CSTNode]:
+    """The expressions a binding took its value from."""
     node = binding.node
     if binding.value is not None:
         return [binding.value]
@@ -191,30 +259,267 @@ def _binding_sources(model: SemanticModel, name: cst.Name, scope) -> list[cst.CS
     if isinstance(node, cst.AugAssign):
         return [node.target, node.value]  # `loss += reg`: the previous `loss` and `reg`
     if isinstance(node, cst.With):  # `with amp.scale_loss(loss, opt) as scaled_loss:`
-        return [item.item for item in node.items if item.asname is not None and _binds(item.asname.name, name.value)]
+        key = binding.key
+        return [item.item for item in node.items if item.asname is not None and _binds(item.asname.name, key)]
     return []
 
 
 def _binds(target: cst.BaseExpression, name: str) -> bool:
     if isinstance(target, cst.Name):
         return target.value == name
+    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and name.startswith("self."):
+        return target.attr.value == name[len("self."):]
     if isinstance(target, (cst.Tuple, cst.List)):
         return any(_binds(element.value, name) for element in target.elements)
     return False
 
 
+# ------------------------------------------------------------------ following values
+def reaching_bindings(model: SemanticModel, key: str, at: cst.CSTNode) -> list[Binding]:
+    """The bindings of `key` (a name, or `self.x`) that may hold its value when `at` runs.
+
+    Inside one function: the last binding before `at` that certainly ran (`runs_before`), and
+    every later one before `at` that sits in a branch, a loop or a `try` (it ran on some
+    paths). A `self.x` not bound earlier in the same method: every binding in the other
+    methods of the class. A name of an enclosing scope (a global read in a function): none,
+    since when the function runs is unknown.
+
+    (A cheap over-approximation of `model.flow.reaching`, which walks the function once per
+    name and costs seconds on long scripts; it can replace this once it is memoised per test.)
+    """
+    here = model.scope(at)
+    owner = model.owner_scope(key, here)
+    if owner is None:
+        return []
+    position = model.order(at)
+    candidates = model.bindings.get(key, ())
+    if key.startswith("self."):
+        local = [b for b in candidates if b.scope is owner and model.scope(b.node) is here and b.order < position]
+        if not local:
+            return [b for b in candidates if b.scope is owner and model.scope(b.node) is not here]
+    else:
+        if owner is not here:
+            return []
+        local = [b for b in candidates if b.scope is owner and b.order < position]
+    reaching: list[Binding] = []
+    for binding in reversed(local):
+        reaching.append(binding)
+        if isinstance(binding.node, cst.Param) or runs_before(model, binding.node, at):
+            break
+    return reaching
+
+
+def called_function(model: SemanticModel, call: cst.Call) -> Optional[cst.FunctionDef]:
+    """The same-file function a call runs (`helper(...)`, `self.method(...)`); None for
+    classes, other files and anything unknown."""
+    callee = callee_of(model, call)
+    if callee is None or callee.model is not model or not isinstance(callee.node, cst.FunctionDef):
+        return None
+    return callee.node
+
+
+def callee_of(model: SemanticModel, call: cst.Call):
+    """`model.flow.callee(call)`, and a function defined once at the top of the file and never
+    rebound, called from a function defined before it (flow answers None there: it reads the
+    module's bindings where the caller is defined, not where it runs)."""
+    callee = model.flow.callee(call)
+    if callee is not None or not isinstance(call.func, cst.Name):
+        return callee
+    name = call.func.value
+    definitions = [d for d in model.functions.get(name, ()) if model.scope(d).kind == "module"]
+    bindings = model.bindings.get(name, ())
+    if len(definitions) != 1 or len(bindings) != 1 or bindings[0].node is not definitions[0]:
+        return None
+    if model.owner_scope(name, model.scope(call)) is not model.scope(definitions[0]):
+        return None
+    return Callee(model, definitions[0], False)
+
+
+def class_method(class_def: cst.CSTNode, name: str) -> Optional[cst.FunctionDef]:
+    """The method `name` defined directly in a class body (the last one, as Python keeps it)."""
+    if not isinstance(class_def, cst.ClassDef):
+        return None
+    found = None
+    for statement in class_def.body.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            found = statement
+    return found
+
+
+def constructed_class(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[cst.ClassDef]:
+    """The same-file class whose instance `expr` holds (`criterion` after `criterion = MyLoss()`)."""
+    value = peel_self_returning(model.value_at(expr, at, peel=True))
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+        class_def = model.classes.get(value.func.value)
+        if class_def is not None and all(b.node is class_def for b in model.bindings.get(value.func.value, ())):
+            return class_def
+    return None
+
+
+def _entered_function(model: SemanticModel, call: cst.Call) -> Optional[tuple[cst.FunctionDef, list[cst.BaseExpression]]]:
+    """(function, its return values) for a call into a same-file function, method, or the
+    `forward` of a same-file module class; None for anything else (or a function that
+    returns nothing we can see)."""
+    function = called_function(model, call)
+    if function is None:
+        class_def = constructed_class(model, call.func, call)
+        function = class_method(class_def, "forward") if class_def is not None else None
+    if function is None:
+        return None
+    returns = return_values(model, function)
+    return (function, returns) if returns else None
+
+
+_RETURNS: "weakref.WeakKeyDictionary[SemanticModel, dict[cst.CSTNode, list[cst.BaseExpression]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def return_values(model: SemanticModel, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """The values of a function's own `return` statements (not those of nested functions)."""
+    by_function = _RETURNS.get(model)
+    if by_function is None:
+        by_function = _RETURNS[model] = {}
+        for node in model.nodes():
+            if isinstance(node, cst.Return) and node.value is not None:
+                by_function.setdefault(model.scope(node).node, []).append(node.value)
+    return by_function.get(function, [])
+
+
+def _function_of_param(model: SemanticModel, param: cst.Param) -> Optional[cst.FunctionDef]:
+    for ancestor in model.ancestors(param):
+        if isinstance(ancestor, cst.FunctionDef):
+            return ancestor
+        if isinstance(ancestor, cst.Lambda):
+            return None
+    return None
+
+
+def _positional_params(function: cst.FunctionDef) -> list[cst.Param]:
+    return [*function.params.posonly_params, *function.params.params]
+
+
+def argument_for(model: SemanticModel, function: cst.FunctionDef, param: cst.Param,
+                 call: cst.Call, bound: Optional[bool] = None) -> Optional[cst.BaseExpression]:
+    """The argument `call` passes for `param` of `function` of `model` (its default when it
+    passes none); None when it can't be told (`*args`, `**kwargs`)."""
+    if bound is None:
+        bound = model.scope(function).kind == "class" and not _is_static(function)
+    return model.flow.parameter_argument(call, function, param.name.value, bound)
+
+
+def _is_static(function: cst.FunctionDef) -> bool:
+    return any(
+        isinstance(d.decorator, cst.Name) and d.decorator.value in ("staticmethod", "classmethod")
+        for d in function.decorators
+    )
+
+
+def call_sites(model: SemanticModel, function: cst.FunctionDef) -> Optional[list[tuple[cst.Call, bool]]]:
+    """(call, bound) for the calls of a same-file function (`model.flow.call_sites`); for a
+    top-level function that flow does not link to its callers (defined after them), every
+    reference must be the callee of a call, and the function undecorated."""
+    sites = model.flow.call_sites(function)
+    if sites is not None or function.decorators or model.scope(function).kind != "module":
+        return sites
+    calls = []
+    for reference, _, _ in model.references.get(function.name.value, ()):
+        parent = model.parent(reference)
+        if isinstance(parent, cst.Call) and parent.func is reference:
+            if callee_of(model, parent) is None or callee_of(model, parent).node is not function:
+                return None
+            calls.append((parent, False))
+        elif isinstance(parent, cst.Attribute) and parent.attr is reference:
+            continue  # `model.train()`: another object's attribute of the same name
+        elif reference is not function.name:
+            return None
+    return calls or None
+
+
+def parameter_arguments(model: SemanticModel, param: cst.Param) -> Optional[list[cst.BaseExpression]]:
+    """What every call of the parameter's function in this file passes for it
+    (`model.flow.call_sites`); None when the function escapes (passed as a value, decorated, a
+    method called on another object), is never called here, or a call can't be mapped."""
+    function = _function_of_param(model, param)
+    sites = call_sites(model, function) if function is not None else None
+    if not sites:
+        return None
+    arguments = [model.flow.parameter_argument(call, function, param.name.value, bound) for call, bound in sites]
+    return None if any(value is None for value in arguments) else arguments
+
+
+# ------------------------------------------------------------ back-propagation elsewhere
+LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
+TORCH_MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+TORCH_LOSS_BASES = {"torch.nn.modules.loss._Loss", "torch.nn.modules.loss._WeightedLoss"}
+
+
+def implicit_roots(model: SemanticModel) -> list[cst.BaseExpression]:
+    """Values differentiated without a `.backward()` call in the file: the `outputs` of
+    `torch.autograd.grad(...)`, the loss of Lightning's `self.manual_backward(loss)`, what a
+    Lightning `training_step` returns (Lightning runs
+    `backward()` on it), and what the `forward` of a loss module returns (an `nn.Module`
+    subclass named like a loss, or a subclass of torch's `_Loss`: its caller back-propagates
+    it)."""
+    roots: list[cst.BaseExpression] = []
+    for site in model.calls:
+        if site.qualified_name == AUTOGRAD_GRAD and not site.in_no_grad:
+            outputs = argument(site.node, 0, "outputs")
+            if outputs is not None:
+                roots.append(outputs)  # `torch.autograd.grad(loss, params)` differentiates `loss`
+        method = method_call(site.node)
+        if method is not None and method[1] == "manual_backward" and site.node.args:
+            roots.append(site.node.args[0].value)  # Lightning's manual optimization
+    for class_def in _classes(model):
+        bases = class_bases(model, class_def)
+        if any(_is_lightning_module(name) for name in bases):
+            method = class_method(class_def, "training_step")
+            if method is not None:
+                roots.extend(return_values(model, method))
+        if bases & TORCH_LOSS_BASES or (bases & TORCH_MODULE_BASES and "loss" in class_def.name.value.lower()):
+            method = class_method(class_def, "forward")
+            if method is not None:
+                roots.extend(return_values(model, method))
+    return roots
+
+
+def _classes(model: SemanticModel) -> list[cst.ClassDef]:
+    return [b.node for bindings in model.bindings.values() for b in bindings if isinstance(b.node, cst.ClassDef)]
+
+
+def _is_lightning_module(name: str) -> bool:
+    return name.startswith(LIGHTNING_PACKAGES) and name.endswith("LightningModule")
+
+
+def class_bases(model: SemanticModel, class_def: cst.ClassDef, depth: int = 6) -> set[str]:
+    """Qualified names of a class's bases, through bases defined in the same file."""
+    names: set[str] = set()
+    for base in class_def.bases:
+        if base.keyword is not None:
+            continue
+        name = model.qualified_name(base.value)
+        if name is not None:
+            names.add(name)
+        elif isinstance(base.value, cst.Name) and depth > 0:
+            parent = model.classes.get(base.value.value)
+            if parent is not None and parent is not class_def:
+                names |= class_bases(model, parent, depth - 1)
+    return names
+
+
 # ---------------------------------------------------------------------------- losses
 def loss_calls(model: SemanticModel) -> Iterator[cst.Call]:
-    """Loss calls whose result is back-propagated by their own function, in source order.
+    """Loss calls whose result is back-propagated (see `feeds_backward`), in source order.
 
     A loss call is a call to a `torch.nn.*Loss` (or any `*Loss` class) instance, a
     `torch.nn.functional` loss, or -- only when its result is what `.backward()` runs on --
     a callee named like a loss (`compute_loss(...)`, `self.criterion(...)`).
     """
     facts = _facts(model)
-    if not facts.backprops:
+    if not facts.backprops and not implicit_roots(model):
         return
-    direct = {call for backprop in facts.backprops for call in _direct_calls(model, backprop)}
+    roots = [root for backprop in facts.backprops for root in backprop.roots] + implicit_roots(model)
+    direct = set(_direct_calls(model, roots))
     for site in model.calls:
         call = site.node
         if site.in_no_grad:
@@ -257,10 +562,10 @@ def _is_ctc(model: SemanticModel, call: cst.Call) -> bool:
     return False
 
 
-def _direct_calls(model: SemanticModel, backprop: Backprop) -> Iterator[cst.Call]:
+def _direct_calls(model: SemanticModel, roots: list[cst.BaseExpression]) -> Iterator[cst.Call]:
     """The call a back-propagated root *is* (through names, `scaler.scale(...)`, `.mean()`,
-    `/ steps`), when its callee is named like a loss."""
-    for root in backprop.roots:
+    `/ steps`, a tuple unpacked from it), when its callee is named like a loss."""
+    for root in roots:
         value = _peel_root(model, root)
         if isinstance(value, cst.Call) and _named_like_loss(value.func):
             yield value
@@ -268,7 +573,7 @@ def _direct_calls(model: SemanticModel, backprop: Backprop) -> Iterator[cst.Call
 
 def _peel_root(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
     for _ in range(8):
-        expr = model.value_at(expr)  # names resolve where they are read, not at the backward
+        expr = _value_or_unpacked(model, expr)  # names resolve where they are read, not at the backward
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):
             expr = expr.left  # `loss / accumulation_steps`
             continue
@@ -280,6 +585,20 @@ def _peel_root(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Opti
             expr = method[0]
             continue
         return expr
+    return None
+
+
+def _value_or_unpacked(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """`model.value_at`, and for a name unpacked from a call (`loss, acc = model.loss(...)`)
+    that call."""
+    value = model.value_at(expr)
+    if value is not None or not isinstance(expr, cst.Name):
+        return value
+    binding = model.binding_at(expr.value, expr)
+    if binding is not None and isinstance(binding.node, cst.Assign) and isinstance(binding.node.value, cst.Call):
+        targets = binding.node.targets
+        if len(targets) == 1 and isinstance(targets[0].target, (cst.Tuple, cst.List)):
+            return binding.node.value
     return None
 
 
@@ -300,18 +619,30 @@ def _dotted_tail(expr: cst.BaseExpression) -> Optional[str]:
 def host_moves(model: SemanticModel, expr: cst.BaseExpression) -> Iterator[cst.Call]:
     """`.cpu()` / `.to("cpu")` calls applied to the tensor an argument expression computes.
 
-    Followed: method chains (`out.float().cpu()`), subscripts, attributes and arithmetic.
-    Not followed: arguments of other calls (`criterion(model(x.cpu()), y)` moves the model's
-    input, not the loss's).
+    Followed: method chains (`out.float().cpu()`), subscripts, attributes and arithmetic, and
+    names of the same function to the bindings that may reach the read
+    (`out_host = out.cpu()` ... `criterion(out_host, y)`), and from a parameter to the
+    arguments every call of its function in the file passes. Not followed: arguments of other
+    calls (`criterion(model(x.cpu()), y)` moves the model's input, not the loss's).
     """
-    stack = [expr]
-    while stack:
+    stack: list[cst.CSTNode] = [expr]
+    seen: set[cst.CSTNode] = set()
+    while stack and len(seen) < _MAX_FLOW_NODES:
         node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
         if isinstance(node, cst.Call):
             if is_host_move(model, node):
                 yield node
             if isinstance(node.func, cst.Attribute):
                 stack.append(node.func.value)
+        elif isinstance(node, cst.Name):
+            for binding in reaching_bindings(model, node.value, node):
+                if isinstance(binding.node, cst.Param):
+                    stack.extend(parameter_arguments(model, binding.node) or ())
+                elif binding.value is not None:
+                    stack.append(binding.value)
         elif isinstance(node, (cst.Attribute, cst.Subscript)):
             stack.append(node.value)
         elif isinstance(node, cst.BinaryOperation):
@@ -359,8 +690,11 @@ def _is_cpu_literal(model: SemanticModel, expr: Optional[cst.BaseExpression]) ->
 
 
 def uses_accelerator(model: SemanticModel) -> bool:
-    """The file moves something to an accelerator or queries CUDA (a DDP wrapping alone is no
-    evidence: DDP on the CPU with gloo is common)."""
+    """The file moves something to an accelerator, queries CUDA, or defines a Lightning module
+    (Lightning moves it to the accelerator). A DDP wrapping alone is no evidence: DDP on the
+    CPU with gloo is common."""
+    if any(any(_is_lightning_module(name) for name in class_bases(model, c)) for c in _classes(model)):
+        return True
     for site in model.calls:
         name = site.qualified_name or ""
         if name.startswith("torch.cuda.") or (method_call(site.node) or (None, ""))[1] == "cuda":
@@ -376,37 +710,388 @@ def uses_accelerator(model: SemanticModel) -> bool:
 
 
 # -------------------------------------------------------------------------- wrappers
+# The wrappers are found here rather than in the semantic model's `wrappings`: a subclass of
+# DataParallel/DDP defined in the file, a wrapper returned by a same-file function, and a
+# wrapper passed through a helper that returns its argument are wrappers too.
+_WRAPPERS: "weakref.WeakKeyDictionary[SemanticModel, dict[cst.Call, Wrapping]]" = weakref.WeakKeyDictionary()
+_MAX_DEPTH = 8
+
+
+def wrapper_kind(model: SemanticModel, func: cst.BaseExpression, depth: int = 6) -> Optional[str]:
+    """"DP" / "DDP" when calling `func` builds a torch wrapper: `nn.DataParallel`,
+    `DistributedDataParallel`, or a class of the project that subclasses one
+    (`class MyDDP(DDP)` in this file, or imported from a project file)."""
+    name = model.qualified_name(func)
+    if name in WRAPPER_KINDS:
+        return WRAPPER_KINDS[name]
+    if not isinstance(func, cst.Name) or depth <= 0:
+        return None
+    found = _project_class(model, func.value)
+    if found is None:
+        return None
+    class_model, class_def = found
+    for base in class_def.bases:
+        if base.keyword is None:
+            kind = wrapper_kind(class_model, base.value, depth - 1)
+            if kind is not None:
+                return kind
+    return None
+
+
+def _project_class(model: SemanticModel, name: str) -> Optional[tuple[SemanticModel, cst.ClassDef]]:
+    """The class a name denotes: defined once in this file, or imported from a project file."""
+    bindings = model.bindings.get(name, ())
+    class_def = model.classes.get(name)
+    if class_def is not None and bindings and all(b.node is class_def for b in bindings):
+        return model, class_def
+    if len(bindings) == 1 and isinstance(bindings[0].node, cst.ImportFrom):
+        resolved = model.flow.resolve_import(name)
+        if resolved is not None and isinstance(resolved[1], cst.ClassDef):
+            return resolved[0], resolved[1]
+    return None
+
+
+def wrappings(model: SemanticModel) -> list[Wrapping]:
+    """Every wrapper construction of the file: direct ones, then calls of same-file functions
+    that return one (`model = build_ddp(net)`: a Wrapping at that call, its inner the argument
+    passed for the parameter the function wraps)."""
+    return list(_wrappers_by_call(model).values())
+
+
+def _wrappers_by_call(model: SemanticModel) -> dict[cst.Call, Wrapping]:
+    by_call = _WRAPPERS.get(model)
+    if by_call is None:
+        by_call = _WRAPPERS[model] = {}  # visible at once: files that import each other end here
+        for site in model.calls:
+            kind = wrapper_kind(model, site.node.func)
+            if kind is not None:
+                inner = _peel(model, argument(site.node, 0, "module"))
+                by_call[site.node] = _wrapping(model, kind, site, inner)
+        returned_by: dict[cst.FunctionDef, Optional[Wrapping]] = {}
+        for site in model.calls:
+            if site.node not in by_call:
+                returned = _returned_wrapping(model, site, by_call, returned_by)
+                if returned is not None:
+                    by_call[site.node] = returned
+    return by_call
+
+
+def _wrapping(model: SemanticModel, kind: str, site: CallSite, inner: Optional[cst.BaseExpression]) -> Wrapping:
+    binding = assigned_binding(model, site.node)
+    return Wrapping(
+        kind=kind,
+        call=site.node,
+        inner=inner,
+        inner_key=model.binding_key(inner, site.node) if inner is not None else None,
+        wrapper_key=binding.key if binding else None,
+        binding=binding,
+        scope=site.scope,
+        order=site.order,
+    )
+
+
+def construction(model: SemanticModel, wrapping: Wrapping) -> Wrapping:
+    """The wrapper construction itself: for a call of a function that returns a wrapper, the
+    `DDP(...)` / `nn.DataParallel(...)` call inside it (its `device_ids`, its class)."""
+    return _ORIGINS.get(model, {}).get(wrapping.call, wrapping)
+
+
+def construction_argument(model: SemanticModel, wrapping: Wrapping, position: int, keyword: str) -> Optional[cst.BaseExpression]:
+    """An argument of the wrapper construction (`device_ids=`), seen from `wrapping`'s call: a
+    parameter of the same-file function that builds it is replaced by what the call passes."""
+    origin = construction(model, wrapping)
+    value = argument(origin.call, position, keyword)
+    if origin is wrapping or not isinstance(value, cst.Name) or model.parent(origin.call) is None:
+        return value
+    param = _parameter_held(model, value, origin.call)
+    function = _function_of_param(model, param) if param is not None else None
+    if function is None or called_function(model, wrapping.call) is not function:
+        return value
+    return argument_for(model, function, param, wrapping.call)
+
+
+def is_construction(model: SemanticModel, wrapping: Wrapping) -> bool:
+    return construction(model, wrapping) is wrapping
+
+
+_ORIGINS: "weakref.WeakKeyDictionary[SemanticModel, dict[cst.Call, Wrapping]]" = weakref.WeakKeyDictionary()
+
+
+def _returned_wrapping(model: SemanticModel, site: CallSite, by_call: dict[cst.Call, Wrapping],
+                       returned_by: dict[cst.FunctionDef, Optional[Wrapping]]) -> Optional[Wrapping]:
+    """A call of a function (of this file or, through `model.project`, of another) that returns
+    a wrapper on some path: a Wrapping at the call, its inner the argument the call passes for
+    the parameter the function wraps."""
+    callee = callee_of(model, site.node)
+    if callee is None or not isinstance(callee.node, cst.FunctionDef):
+        return None
+    function_model, function = callee.model, callee.node
+    if not return_values(function_model, function) or pass_through_argument(model, site.node) is not None:
+        return None
+    if function not in returned_by:
+        wrappers = by_call if function_model is model else _wrappers_by_call(function_model)
+        held = (_held(function_model, [value], wrappers) for value in return_values(function_model, function))
+        returned_by[function] = next((wrapping for wrapping in held if wrapping is not None), None)
+    wrapping = returned_by[function]
+    if wrapping is None:
+        return None
+    param = _parameter_held(function_model, wrapping.inner, wrapping.call)
+    inner = None
+    if param is not None and _function_of_param(function_model, param) is function:
+        inner = _peel(model, model.flow.parameter_argument(site.node, function, param.name.value, callee.bound))
+    _ORIGINS.setdefault(model, {})[site.node] = construction(function_model, wrapping)
+    return _wrapping(model, wrapping.kind, site, inner)
+
+
+def _parameter_held(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[cst.Param]:
+    """The parameter a name holds through certain bindings of its function (`net = net.to(rank)`)."""
+    for _ in range(_MAX_DEPTH):
+        key = model.binding_key(expr, at)
+        binding = model.binding_at(key, at) if key is not None and not key.startswith("self.") else None
+        if binding is None:
+            return None
+        if isinstance(binding.node, cst.Param):
+            return binding.node
+        if binding.value is None or not runs_before(model, binding.node, at):
+            return None
+        expr, at = _peel(model, binding.value), binding.node
+    return None
+
+
+def _peel(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """Self-returning methods (`.cuda()`, `.to(rank)`) and same-file helpers that return their
+    argument (`on_gpu(net)`) looked through."""
+    for _ in range(_MAX_DEPTH):
+        expr = peel_self_returning(expr)
+        passed = pass_through_argument(model, expr) if isinstance(expr, cst.Call) else None
+        if passed is None:
+            return expr
+        expr = passed
+    return expr
+
+
+def pass_through_argument(model: SemanticModel, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """For a call of a project function that returns one of its parameters on every return
+    (through `.cuda()`/`.to(...)`, either branch of `a if c else b`), the argument passed for it."""
+    callee = callee_of(model, call)
+    if callee is None or not isinstance(callee.node, cst.FunctionDef):
+        return None
+    function_model, function = callee.model, callee.node
+    names = set()
+    for returned in return_values(function_model, function):
+        for value in _branches(returned):
+            if not isinstance(value, cst.Name):
+                return None
+            names.add(value.value)
+    if len(names) != 1:
+        return None
+    (name,) = names
+    params = [p for p in (*_positional_params(function), *function.params.kwonly_params) if p.name.value == name]
+    if len(params) != 1:
+        return None
+    rebound = [
+        b for b in function_model.bindings.get(name, ())
+        if function_model.scope(b.node).node is function and b.node is not params[0]
+    ]
+    if rebound:
+        return None
+    return model.flow.parameter_argument(call, function, name, callee.bound)
+
+
+def _branches(expr: Optional[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    expr = peel_self_returning(expr)
+    if isinstance(expr, cst.IfExp):
+        return [*_branches(expr.body), *_branches(expr.orelse)]
+    return [expr] if expr is not None else []
+
+
+def assigned_binding(model: SemanticModel, call: cst.Call) -> Optional[Binding]:
+    """The name binding whose value is `call`, possibly under `.cuda()`/`.to()`, as one branch
+    of `a if c else b`, or as the argument of a helper that returns it (`on_gpu(DDP(net))`)."""
+    node: cst.CSTNode = call
+    for _ in range(_MAX_DEPTH * 2):
+        parent = model.parent(node)
+        grandparent = model.parent(parent) if parent is not None else None
+        if (
+            isinstance(parent, cst.Attribute) and parent.value is node and isinstance(grandparent, cst.Call)
+            and grandparent.func is parent and parent.attr.value in SELF_RETURNING_METHODS
+        ):
+            node = grandparent
+        elif isinstance(parent, cst.IfExp) and node is not parent.test:
+            node = parent
+        elif isinstance(parent, cst.Arg) and isinstance(grandparent, cst.Call) and pass_through_argument(model, grandparent) is node:
+            node = grandparent
+        elif isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
+            bindings = model.bindings_by_node.get(parent, ())
+            return bindings[0] if len(bindings) == 1 else None
+        else:
+            return None
+    return None
+
+
+def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Optional[Wrapping]:
+    """The wrapping that `expr` may hold where it is read: on some path, through names (every
+    binding that may reach, see `reaching_bindings`), `self.x`, self-returning calls, helpers
+    that return their argument, either branch of `a if c else b`, the arguments the file's calls
+    pass for a parameter, and the return of a same-file function that builds one."""
+    return _held(model, [expr], _wrappers_by_call(model)) if expr is not None else None
+
+
+def held_wrapper_of_key(model: SemanticModel, key: str, at: cst.CSTNode) -> Optional[Wrapping]:
+    """`held_wrapper` for the name or `self.x` attribute `key` read at `at`."""
+    return _held_bindings(model, reaching_bindings(model, key, at), _wrappers_by_call(model))
+
+
+def _held(model: SemanticModel, exprs: list, by_call: dict[cst.Call, Wrapping], depth: int = _MAX_DEPTH) -> Optional[Wrapping]:
+    stack = [(expr, depth) for expr in exprs]
+    seen: set[cst.CSTNode] = set()
+    while stack:
+        expr, depth = stack.pop()
+        expr = peel_self_returning(expr)
+        if expr is None or depth <= 0 or expr in seen:
+            continue
+        seen.add(expr)
+        if isinstance(expr, cst.IfExp):
+            stack.extend(((expr.body, depth), (expr.orelse, depth)))
+        elif isinstance(expr, cst.Call):
+            passed = pass_through_argument(model, expr)
+            if passed is not None:
+                stack.append((passed, depth - 1))
+            elif expr in by_call:
+                return by_call[expr]
+        else:
+            key = model.binding_key(expr, expr)
+            if key is None or key in ("True", "False", "None") or model.parent(expr) is None:
+                continue
+            for binding in reaching_bindings(model, key, expr):
+                if isinstance(binding.node, cst.Param):
+                    found = _held_by_every_caller(model, binding.node, by_call, depth - 1)
+                    if found is not None:
+                        return found
+                elif binding.value is not None:
+                    stack.append((binding.value, depth - 1))
+    return None
+
+
+def _held_by_every_caller(model: SemanticModel, param: cst.Param, by_call: dict[cst.Call, Wrapping],
+                          depth: int) -> Optional[Wrapping]:
+    """The wrapping a parameter holds when every call of its function in the file passes one;
+    None when a caller passes something else (or callers can't be known)."""
+    arguments = parameter_arguments(model, param)
+    if not arguments or depth <= 0:
+        return None
+    held = [_held(model, [value], by_call, depth) for value in arguments]
+    return held[0] if all(wrapping is not None for wrapping in held) else None
+
+
+def _held_bindings(model: SemanticModel, bindings: list[Binding], by_call: dict[cst.Call, Wrapping]) -> Optional[Wrapping]:
+    for binding in bindings:
+        if isinstance(binding.node, cst.Param):
+            found = _held_by_every_caller(model, binding.node, by_call, _MAX_DEPTH)
+            if found is not None:
+                return found
+    return _held(model, [b.value for b in bindings if b.value is not None], by_call)
+
+
 @dataclass(frozen=True)
 class InnerUse:
     """An expression that reaches the model inside a wrapper instead of the wrapper."""
 
     wrapping: Wrapping
     wrapper: Optional[cst.BaseExpression]  # `model_dp` in `model_dp.module`; None for the inner name
+    alias: bool = False  # a name bound to `wrapper.module` (`core = net.module`): no fix is offered
 
 
 def inner_model_use(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[InnerUse]:
-    """`model` after `model_dp = DP(model)` (same function, or `self.x` of the same class),
-    or `model_dp.module` / `model.module` on a name bound to a wrapper."""
+    """What reaches the model inside a wrapper: `model` after `model_dp = DP(model)` (same
+    function, or `self.x` of the same class); `wrapper.module` on a name or attribute that holds
+    a wrapper on some path (`held_wrapper`); or a name bound to such a `wrapper.module` while the
+    wrapper's own name still holds the wrapper (`core = net.module` ... `core.train()`)."""
     if isinstance(expr, cst.Attribute) and expr.attr.value == "module":
-        wrapping = model.wrapping_bound_to(expr.value, at)
+        wrapping = held_wrapper(model, expr.value)
         if wrapping is not None and model.binding_key(expr.value, at) is not None:
             return InnerUse(wrapping, expr.value)
         return None
-    wrapping = model.wrapping_of_inner(expr, at)
+    key = model.binding_key(expr, at)
+    if key is None:
+        return None
+    alias = _alias_of_inner(model, key, at)
+    if alias is not None:
+        return alias
+    wrapping = _wrapping_of_inner(model, key, at)
     if wrapping is None or wrapping.wrapper_key is None or wrapping.binding is None:
         return None
     here = model.scope(at)
-    if wrapping.inner_key.startswith("self."):
+    if key.startswith("self."):
         # Methods run in any order: the attribute must be set nowhere but where it is wrapped.
         bound_elsewhere = any(
             model.scope(b.node) is not wrapping.scope
-            for b in model.bindings.get(wrapping.inner_key, ())
+            for b in model.bindings.get(key, ())
             if b.scope is here.class_scope
         )
         same = here.class_scope is not None and wrapping.scope.class_scope is here.class_scope and not bound_elsewhere
     else:
         same = wrapping.scope is here
     return InnerUse(wrapping, None) if same else None
+
+
+def _alias_of_inner(model: SemanticModel, key: str, at: cst.CSTNode) -> Optional[InnerUse]:
+    for binding in reaching_bindings(model, key, at):
+        value = peel_self_returning(binding.value)
+        if not (isinstance(value, cst.Attribute) and value.attr.value == "module"):
+            continue
+        wrapper_key = model.binding_key(value.value, value)
+        if wrapper_key is None or wrapper_key == key:
+            continue  # `model = model.module`: the name no longer holds the wrapper
+        wrapping = held_wrapper(model, value.value)
+        if wrapping is not None and held_wrapper_of_key(model, wrapper_key, at) is wrapping:
+            return InnerUse(wrapping, value.value, alias=True)
+    return None
+
+
+def _wrapping_of_inner(model: SemanticModel, key: str, at: cst.CSTNode) -> Optional[Wrapping]:
+    """The wrapping that wrapped the very object `key` holds at `at`, into another name
+    (`model_dp = nn.DataParallel(model)` ... `model.train()`); None after `model = DDP(model)`."""
+    live = model.binding_at(key, at)
+    position = model.order(at)
+    found = None
+    for wrapping in wrappings(model):
+        if wrapping.inner_key != key or wrapping.rebinds or wrapping.order >= position:
+            continue
+        if model.binding_at(key, wrapping.call) is live and not exclusive_paths(model, wrapping.call, at):
+            found = wrapping
+    return found
+
+
+def exclusive_paths(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether no run of the function reaches both nodes: they sit in the two branches of one
+    `if`, or under two `if`s with the same test taken opposite ways
+    (`if multi_gpu: dp = DP(net)` ... `if not multi_gpu: out = net(x)`)."""
+    first_conditions = _path_conditions(model, first)
+    second_conditions = _path_conditions(model, second)
+    for node, (test, truth) in first_conditions.items():
+        if node in second_conditions and second_conditions[node][1] != truth:
+            return True
+    tests = {test: truth for test, truth in first_conditions.values()}
+    return any(test in tests and tests[test] != truth for test, truth in second_conditions.values())
+
+
+def _path_conditions(model: SemanticModel, node: cst.CSTNode) -> dict[cst.If, tuple[str, bool]]:
+    """The `if` statements around a node in its function, with their test's code and the branch
+    (True for the body) that holds it; `not x` is read as `x` taken the other way."""
+    conditions: dict[cst.If, tuple[str, bool]] = {}
+    child: cst.CSTNode = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            break
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            truth = child is ancestor.body
+            test = ancestor.test
+            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, truth = test.expression, not truth
+            conditions[ancestor] = (model.code(test).strip(), truth)
+        child = ancestor
+    return conditions
 
 
 def wrapper_reference(model: SemanticModel, wrapping: Wrapping, at: cst.CSTNode) -> Optional[str]:

@@ -9,6 +9,7 @@ from typing import Iterator, Optional, Union
 import libcst as cst
 
 from dplint.checkpoints import CONSUME_PREFIX, CONSUME_PREFIX_MODULE, CONSUME_PREFIX_NAME, holds_state_dict
+from dplint.distributed import enclosing_function, passed_for
 from dplint.fixes import ensure_import
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value, method_call
@@ -27,16 +28,35 @@ class KeyLoop:
     owner: cst.CSTNode  # the For statement or the comprehension
     key: str
     source: cst.BaseExpression  # X
+    # Where a `startswith` test of the key guards the strip: (node, the key's name there). A
+    # strip in a lambda or function applied to the key (`cut(k)`) adds that body too.
+    guard_scopes: tuple[tuple[cst.CSTNode, str], ...] = ()
 
 
 class HandRolledStrip(Rule):
     """
     ## What it does
     Flags `module.` prefixes stripped from a state dict's keys by hand, in a loop or a
-    comprehension over its items: `k.lstrip("module.")` (error), `k[7:]` without a
-    `k.startswith("module.")` guard (warning), `k.replace("module.", "")` (warning), and a
-    guarded `k[7:]` (info). Other prefixes (such as `_orig_mod.` from `torch.compile`) are not
-    flagged.
+    comprehension over its keys (`for k, v in sd.items()`, `for k in sd`, `for k in
+    list(sd.keys())` renaming in place), also inside a lambda or function applied to the key
+    (`{cut(k): v for k, v in sd.items()}`):
+
+    - `k.lstrip("module.")` (error);
+    - `k[7:]` / `k[len("module."):]` without a `k.startswith("module")` guard (warning, only
+      when the loop's mapping is known to be a state dict), and with one (info);
+    - `k.replace("module.", "")` (warning; info when guarded and limited to one replacement);
+    - `k.split("module.", 1)[1]`, `k.split("module.")[-1]`, `k.partition("module.")[2]`
+      (warning; info when guarded);
+    - dropping the first dotted component (`".".join(k.split(".")[1:])`, `k.split(".", 1)[1]`,
+      `k.partition(".")[2]`) under a per-key `k.startswith("module")` guard (info), or after
+      a test of only one key (`start = 1 if next(iter(sd)).startswith("module") else 0`, or an
+      `if list(sd)[0].startswith("module."):` around the loop) (warning).
+
+    The prefix may be a literal, a name bound to one, or a parameter that every call of its
+    function in this file passes `"module."` for. Silent for other prefixes (`_orig_mod.` from
+    `torch.compile`, `backbone.`), for a first-component drop that nothing ties to `module`,
+    for a loop guarded by another prefix, and for a `module.` inside the key
+    (`k.startswith("backbone.module.")`: only a sub-module was wrapped, not the model).
 
     ## Why is this bad?
     `str.lstrip` strips a set of characters, not a prefix: `"module.mlp.w".lstrip("module.")`
@@ -95,6 +115,14 @@ class HandRolledStrip(Rule):
         "    return {k[7:]: v for k, v in names.items()}\n",
         "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
         "consume_prefix_in_state_dict_if_present(sd, 'module.')\n",
+        # Only a sub-module was wrapped: `module.` sits inside the key.
+        "import torch\n"
+        'sd = torch.load("stage1.pt")\n'
+        'sd = {k.replace("module.", ""): v for k, v in sd.items() if k.startswith("backbone.module.")}\n',
+        # The first component of another prefix.
+        "import torch\n"
+        'sd = torch.load("stage1.pt")\n'
+        'enc = {".".join(k.split(".")[1:]): v for k, v in sd.items() if k.startswith("encoder.")}\n',
     )
     INVALID = (
         Example(
@@ -130,6 +158,45 @@ class HandRolledStrip(Rule):
                 "    model.load_state_dict(weights)\n"
             ),
         ),
+        Example(
+            "import torch\n"
+            "\n"
+            "def read(path):\n"
+            '    sd = torch.load(path, map_location="cpu")\n'
+            '    sd = {(k.split("module.", 1)[1] if k.startswith("module.") else k): v for k, v in sd.items()}\n'
+            "    return sd\n",
+            expected=(
+                "import torch\n"
+                "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
+                "\n"
+                "def read(path):\n"
+                '    sd = torch.load(path, map_location="cpu")\n'
+                '    consume_prefix_in_state_dict_if_present(sd, "module.")\n'
+                "    return sd\n"
+            ),
+        ),
+        # A first-key check, and an in-place rename over a copy of the keys (no fix for loops).
+        Example(
+            "import torch\n"
+            'sd = torch.load("dp.pt")\n'
+            'skip = 1 if next(iter(sd)).startswith("module") else 0\n'
+            'flat = {".".join(k.split(".")[skip:]): v for k, v in sd.items()}\n'
+            "for k in list(sd.keys()):\n"
+            '    if k.startswith("module."):\n'
+            '        sd[k[len("module."):]] = sd.pop(k)\n',
+            expected=(
+                "import torch\n"
+                "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
+                'sd = torch.load("dp.pt")\n'
+                'skip = 1 if next(iter(sd)).startswith("module") else 0\n'
+                "flat = dict(sd)\n"
+                'consume_prefix_in_state_dict_if_present(flat, "module.")\n'
+                "for k in list(sd.keys()):\n"
+                '    if k.startswith("module."):\n'
+                '        sd[k[len("module."):]] = sd.pop(k)\n'
+            ),
+            count=2,
+        ),
         # The classic snippet: a loop, guarded or not. No fix for loops.
         Example(
             "from collections import OrderedDict\n"
@@ -151,8 +218,10 @@ class HandRolledStrip(Rule):
             loop = _key_loop(model, node, key)
             if loop is None:
                 continue
-            guards = _startswith_prefixes(loop.owner, key)
+            guards = [prefix for scope, name in loop.guard_scopes for prefix in _startswith_prefixes(model, scope, name)]
             guarded = any(prefix in GUARD_PREFIXES for prefix in guards)
+            if any(_module_inside(prefix) for prefix in guards) and kind != "lstrip":
+                continue  # `backbone.module.`: only a sub-module was wrapped, not the model
             code = model.code(node)
             if kind == "lstrip":
                 severity = Severity.ERROR
@@ -175,6 +244,32 @@ class HandRolledStrip(Rule):
                     )
                 else:
                     continue
+            elif kind == "split":
+                if guards and not guarded:
+                    continue
+                if guarded:
+                    severity = Severity.INFO
+                    message = _guarded_message(code)
+                else:
+                    severity = Severity.WARNING
+                    message = (
+                        f"`{code}` cuts each key at a `module.` found anywhere in it, not only a leading prefix "
+                        "(a key without it raises `IndexError` or is kept whole, a sub-module named `module` "
+                        f"is cut); {USE_INSTEAD}"
+                    )
+            elif kind == "first":
+                if guarded:
+                    severity = Severity.INFO
+                    message = _guarded_message(code)
+                elif _first_key_test(model, node, loop):
+                    severity = Severity.WARNING
+                    message = (
+                        f"`{code}` drops the first part of every key after checking only one key for `module`: "
+                        "a key without the prefix (extra entries, a partly wrapped checkpoint) loses a real "
+                        f"module name; {USE_INSTEAD}, which checks every key"
+                    )
+                else:
+                    continue  # another prefix (`backbone.`): nothing says it is the wrapper's
             else:
                 if guarded and _replaces_once(node):
                     severity = Severity.INFO
@@ -196,29 +291,120 @@ def _guarded_message(code: str) -> str:
 
 
 def _candidates(model: SemanticModel) -> Iterator[tuple[cst.BaseExpression, str, str]]:
-    """(expression, key variable, kind) for `k.lstrip("module.")`, `k.replace("module.", "")`, `k[7:]`."""
+    """(expression, key variable, kind) for `k.lstrip("module.")`, `k.replace("module.", "")`
+    ("lstrip", "replace"), `k[7:]` ("slice"), `k.split("module.", 1)[1]` /
+    `k.partition("module.")[2]` ("split"), and the first-component drops `".".join(k.split(".")[1:])`,
+    `k.split(".", 1)[1]`, `k.partition(".")[2]` ("first")."""
     for site in model.calls:
         method = method_call(site.node)
         if method is None or not isinstance(method[0], cst.Name) or method[1] not in ("lstrip", "replace"):
             continue
+        old = _prefix_value(model, argument(site.node, 0), site.node)
         try:
-            old = literal_value(argument(site.node, 0))
             new = literal_value(argument(site.node, 1)) if method[1] == "replace" else ""
         except ValueError:
             continue
         # Exactly the wrapper's prefix: `k.replace("module.visual.trunk.", "")` strips another one.
         if old in GUARD_PREFIXES and new == "":
             yield site.node, method[0].value, method[1]
-    found: list[cst.Subscript] = []
+    found: list[tuple[cst.BaseExpression, str, str]] = []
 
-    class Slices(cst.CSTVisitor):
+    class Subscripts(cst.CSTVisitor):
         def visit_Subscript(self, node: cst.Subscript) -> None:
-            if isinstance(node.value, cst.Name) and len(node.slice) == 1 and _cuts_prefix(model, node.slice[0].slice):
-                found.append(node)
+            if len(node.slice) != 1:
+                return
+            part = node.slice[0].slice
+            if isinstance(node.value, cst.Name) and _cuts_prefix(model, part):
+                found.append((node, node.value.value, "slice"))
+                return
+            cut = _cut_at(model, node)
+            if cut is None:
+                return
+            kind, key = cut
+            if kind == "first" and isinstance(part, cst.Slice):
+                join = model.parent(model.parent(node))  # Subscript -> Arg -> Call
+                if not _is_dot_join(join):
+                    return
+                node = join
+            found.append((node, key, kind))
 
-    model.module.visit(Slices())
-    for node in found:
-        yield node, node.value.value, "slice"
+    model.module.visit(Subscripts())
+    yield from found
+
+
+def _cut_at(model: SemanticModel, node: cst.Subscript) -> Optional[tuple[str, str]]:
+    """("split" | "first", key) for `k.split(P, 1)[1]`, `k.split(P)[-1]`, `k.partition(P)[2]`
+    (P the wrapper's prefix: "split"; P a dot: "first") and `k.split(".")[n:]` ("first")."""
+    call = node.value
+    if not isinstance(call, cst.Call):
+        return None
+    method = method_call(call)
+    if method is None or not isinstance(method[0], cst.Name) or method[1] not in ("split", "partition"):
+        return None
+    separator = _prefix_value(model, argument(call, 0, "sep"), call)
+    if separator in GUARD_PREFIXES:
+        kind = "split"
+    elif separator == ".":
+        kind = "first"
+    else:
+        return None
+    part = node.slice[0].slice
+    if isinstance(part, cst.Slice):
+        if kind == "first" and method[1] == "split" and part.lower is not None and part.upper is None and part.step is None:
+            return kind, method[0].value
+        return None
+    try:
+        index = literal_value(part.value) if isinstance(part, cst.Index) else None
+    except ValueError:
+        return None
+    wanted = (2,) if method[1] == "partition" else (1, -1)
+    if index not in wanted:
+        return None
+    if kind == "first" and method[1] == "split":
+        try:
+            if literal_value(argument(call, 1, "maxsplit")) != 1:
+                return None
+        except ValueError:
+            return None
+    return kind, method[0].value
+
+
+def _is_dot_join(node: Optional[cst.CSTNode]) -> bool:
+    if not isinstance(node, cst.Call) or len(node.args) != 1:
+        return False
+    method = method_call(node)
+    if method is None or method[1] != "join":
+        return False
+    try:
+        return literal_value(method[0]) == "."
+    except ValueError:
+        return False
+
+
+def _prefix_value(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int = 3):
+    """The string a prefix argument holds: a literal, a name bound to one, or a parameter that
+    every call of its function in this file passes the same literal for; else None."""
+    if expr is None or depth <= 0:
+        return None
+    try:
+        return literal_value(expr)
+    except ValueError:
+        pass
+    if not isinstance(expr, cst.Name):
+        return None
+    binding = model.binding_at(expr.value, at)
+    if binding is None:
+        return None
+    if binding.value is not None:
+        return _prefix_value(model, binding.value, binding.node, depth - 1)
+    if not isinstance(binding.node, cst.Param):
+        return None
+    function = enclosing_function(model, binding.node)
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    passed = passed_for(model, function, binding.node)
+    values = {_prefix_value(model, value, value, depth - 1) for value in passed}
+    return values.pop() if len(values) == 1 and passed else None
 
 
 def _cuts_prefix(model: SemanticModel, part: cst.BaseSlice) -> bool:
@@ -227,37 +413,69 @@ def _cuts_prefix(model: SemanticModel, part: cst.BaseSlice) -> bool:
         return False
     lower = part.lower
     if isinstance(lower, cst.Call) and isinstance(lower.func, cst.Name) and lower.func.value == "len" and len(lower.args) == 1:
-        try:
-            return literal_value(lower.args[0].value) == PREFIX
-        except ValueError:
-            return False
+        return _prefix_value(model, lower.args[0].value, lower) == PREFIX
     try:
         return literal_value(lower) == len(PREFIX)
     except ValueError:
         return False
 
 
-def _key_loop(model: SemanticModel, node: cst.CSTNode, key: str) -> Optional[KeyLoop]:
-    """The comprehension or `for` loop around `node` that binds `key` to a mapping's keys."""
+def _key_loop(model: SemanticModel, node: cst.CSTNode, key: str, depth: int = 3) -> Optional[KeyLoop]:
+    """The comprehension or `for` loop around `node` that binds `key` to a mapping's keys; for a
+    key that is a parameter of a lambda or function (`cut = lambda name: ...`), the loop around
+    a call of it whose argument is a loop's key (`{cut(k): v for k, v in sd.items()}`)."""
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, COMPREHENSIONS):
             comp_for: Optional[cst.CompFor] = ancestor.for_in
             while comp_for is not None:
                 source = _mapping_of_keys(comp_for.target, comp_for.iter, key)
                 if source is not None:
-                    return KeyLoop(comp_for, ancestor, key, source)
+                    return KeyLoop(comp_for, ancestor, key, source, ((ancestor, key),))
                 comp_for = comp_for.inner_for_in
         elif isinstance(ancestor, cst.For):
             source = _mapping_of_keys(ancestor.target, ancestor.iter, key)
             if source is not None:
-                return KeyLoop(ancestor, ancestor, key, source)
-        elif isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return KeyLoop(ancestor, ancestor, key, source, ((ancestor, key),))
+        elif isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            return _loop_around_calls(model, ancestor, key, depth) if depth > 0 else None
+        elif isinstance(ancestor, cst.ClassDef):
             return None
     return None
 
 
+def _loop_around_calls(model: SemanticModel, function: cst.CSTNode, key: str, depth: int) -> Optional[KeyLoop]:
+    params = function.params
+    names = [param.name.value for param in (*params.posonly_params, *params.params)]
+    if not names or names[0] != key:
+        return None
+    if isinstance(function, cst.FunctionDef):
+        name = function.name.value
+    else:
+        assign = model.parent(function)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
+            return None
+        name = assign.targets[0].target.value
+    for site in model.calls:
+        call = site.node
+        if isinstance(call.func, cst.Name) and call.func.value == name and call.args and isinstance(call.args[0].value, cst.Name):
+            loop = _key_loop(model, call, call.args[0].value.value, depth - 1)
+            if loop is not None:
+                loop.guard_scopes = ((function, key), *loop.guard_scopes)
+                return loop
+    return None
+
+
 def _mapping_of_keys(target: cst.BaseExpression, iterable: cst.BaseExpression, key: str) -> Optional[cst.BaseExpression]:
-    """X for `k in X`, `k in X.keys()` and `k, v in X.items()`; None for anything else."""
+    """X for `k in X`, `k in X.keys()`, `k in list(X.keys())` (a copy, to rename in place) and
+    `k, v in X.items()`; None for anything else."""
+    if (
+        isinstance(iterable, cst.Call)
+        and isinstance(iterable.func, cst.Name)
+        and iterable.func.value in ("list", "tuple")
+        and len(iterable.args) == 1
+        and not iterable.args[0].star
+    ):
+        iterable = iterable.args[0].value
     method = method_call(iterable) if isinstance(iterable, cst.Call) and not iterable.args else None
     if isinstance(target, cst.Name) and target.value == key:
         if method is not None and method[1] == "keys":
@@ -275,7 +493,7 @@ def _mapping_of_keys(target: cst.BaseExpression, iterable: cst.BaseExpression, k
     return None
 
 
-def _startswith_prefixes(owner: cst.CSTNode, key: str) -> list[str]:
+def _startswith_prefixes(model: SemanticModel, owner: cst.CSTNode, key: str) -> list[str]:
     """The literal prefixes `key.startswith(...)` (or `"..." in key`) tests anywhere in the loop
     or comprehension."""
     prefixes: list[str] = []
@@ -284,25 +502,63 @@ def _startswith_prefixes(owner: cst.CSTNode, key: str) -> list[str]:
         def visit_Comparison(self, node: cst.Comparison) -> None:
             for target in node.comparisons:
                 if isinstance(target.operator, cst.In) and isinstance(target.comparator, cst.Name) and target.comparator.value == key:
-                    try:
-                        value = literal_value(node.left)
-                    except ValueError:
-                        continue
+                    value = _prefix_value(model, node.left, node)
                     if isinstance(value, str):
                         prefixes.append(value)
 
         def visit_Call(self, node: cst.Call) -> None:
             method = method_call(node)
             if method and method[1] == "startswith" and isinstance(method[0], cst.Name) and method[0].value == key:
-                try:
-                    value = literal_value(argument(node, 0))
-                except ValueError:
-                    return
+                value = _prefix_value(model, argument(node, 0), node)
                 if isinstance(value, str):
                     prefixes.append(value)
 
     owner.visit(Finder())
     return prefixes
+
+
+def _module_inside(prefix: str) -> bool:
+    """`backbone.module.`: a `module.` inside the key, where a sub-module was wrapped."""
+    return "module" in prefix and not prefix.startswith("module")
+
+
+def _first_key_test(model: SemanticModel, node: cst.CSTNode, loop: KeyLoop) -> bool:
+    """Whether dropping the first component is decided by a test for `module` on something
+    other than each key: the slice start (`start = 1 if next(iter(sd)).startswith("module")
+    else 0`), or an `if` around the loop (`if list(sd)[0].startswith("module."):`)."""
+    tests: list[cst.CSTNode] = []
+    subscript = node.args[0].value if isinstance(node, cst.Call) else None
+    if isinstance(subscript, cst.Subscript):
+        part = subscript.slice[0].slice
+        lower = part.lower if isinstance(part, cst.Slice) else None
+        value = model.value_at(lower, lower) if isinstance(lower, cst.Name) else None
+        if value is not None:
+            tests.append(value)
+    for ancestor in model.ancestors(loop.owner):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, (cst.If, cst.IfExp)):
+            tests.append(ancestor.test)
+    return any(_tests_for_module(model, test) for test in tests)
+
+
+def _tests_for_module(model: SemanticModel, expr: cst.CSTNode) -> bool:
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal found
+            method = method_call(node)
+            if method and method[1] == "startswith" and _prefix_value(model, argument(node, 0), node) in GUARD_PREFIXES:
+                found = True
+
+        def visit_Comparison(self, node: cst.Comparison) -> None:
+            nonlocal found
+            if any(isinstance(t.operator, cst.In) for t in node.comparisons):
+                found = found or _prefix_value(model, node.left, node) in GUARD_PREFIXES
+
+    expr.visit(Finder())
+    return found
 
 
 def _replaces_once(call: cst.Call) -> bool:

@@ -13,6 +13,7 @@ from dplint.cuda import (
     CudaEvent,
     CudaTimeline,
     VisibleDevicesWrite,
+    conditional_process_start_after,
     is_torch_import,
     starts_process_after,
     visible_devices_writes,
@@ -39,9 +40,14 @@ class LateCudaVisibleDevices(Rule):
     where that order calls it (`main()` under `if __name__ == "__main__":`), and each
     function body from its start. A call in a branch or loop body that may not run does not
     count. `torch.device("cuda:1")`, `torch.manual_seed` and `torch.cuda.manual_seed_all`
-    do not initialise CUDA and are not counted. A write followed, in the same function, by
-    a call that starts a process (`subprocess.*`, `os.system`, `multiprocessing`,
-    `torch.multiprocessing.spawn`) is left alone: the child gets the new value.
+    do not initialise CUDA and are not counted. A write followed, in the same function and on
+    every path, by a call that starts a process (`subprocess.*`, `os.system`,
+    `multiprocessing`, `torch.multiprocessing.spawn`) is left alone: the child gets the new
+    value. When that start runs only on some paths (`if len(gpus) > 1: mp.spawn(...)` `else:
+    worker(0, args)`), the write is a warning: on the other paths this process uses it.
+
+    A file that only parses with a pre-3.7 grammar (`x.cuda(async=True)`, `async` as a name)
+    is still analysed, with `async` read as a name; such files get no automatic fix.
 
     ## Why is this bad?
     The CUDA driver reads `CUDA_VISIBLE_DEVICES` once, when CUDA initialises. After that
@@ -99,6 +105,13 @@ class LateCudaVisibleDevices(Rule):
         "if torch.cuda.is_available():\n"
         "    env = dict(os.environ, CUDA_VISIBLE_DEVICES='1')\n"
         "    subprocess.run(['python', 'train.py'], env=env)\n",
+        # Set for the processes that `mp.spawn` starts, on every path.
+        "import os\n"
+        "import torch\n"
+        "import torch.multiprocessing as mp\n"
+        "def main(gpus):\n"
+        "    os.environ['CUDA_VISIBLE_DEVICES'] = gpus\n"
+        "    mp.spawn(work, nprocs=len(gpus.split(',')))\n",
         # Only read.
         "import os\n"
         "import torch\n"
@@ -134,6 +147,18 @@ class LateCudaVisibleDevices(Rule):
                 "GPUS = '1'\n"
                 "print(torch.cuda.is_available())\n"
             ),
+        ),
+        # Spawned only for several GPUs: with one, this process uses the value itself.
+        Example(
+            "import os\n"
+            "import torch\n"
+            "import torch.multiprocessing as mp\n"
+            "def main(gpus):\n"
+            "    os.environ['CUDA_VISIBLE_DEVICES'] = gpus\n"
+            "    if ',' in gpus:\n"
+            "        mp.spawn(work, nprocs=len(gpus.split(',')))\n"
+            "    else:\n"
+            "        work(0)\n",
         ),
         # Inside main(), after CUDA initialised at module level: flagged, not moved.
         Example(
@@ -176,12 +201,15 @@ class LateCudaVisibleDevices(Rule):
                     "does not initialise CUDA, so this works only while nothing that runs first touches "
                     "CUDA; set it before `import torch`"
                 )
-            yield Violation(
-                node=write.node,
-                message=message,
-                fix=self._fix(model, write),
-                severity=Severity.ERROR if event.kind == INIT else Severity.WARNING,
-            )
+            severity = Severity.ERROR if event.kind == INIT else Severity.WARNING
+            spawn = conditional_process_start_after(model, write.node)
+            if spawn is not None:
+                severity = Severity.WARNING  # right for the children, wrong for this process
+                message += (
+                    f" (the processes that `{model.code(spawn.func)}()` on line {model.position(spawn)[0].line} "
+                    "starts get the value, but it runs only on some paths; on the others this process uses it)"
+                )
+            yield Violation(node=write.node, message=message, fix=self._fix(model, write), severity=severity)
 
     @staticmethod
     def _latest_fact(model: SemanticModel, timeline: CudaTimeline, write: VisibleDevicesWrite) -> Optional[CudaEvent]:

@@ -8,18 +8,38 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, literal_value
-from dplint.training import host_moves, loss_calls, loss_inputs
+from dplint.training import feeds_backward, host_moves, loss_calls, loss_inputs, uses_accelerator
 
 
 class LossOnCpu(Rule):
     """
     ## What it does
     Flags `.cpu()`, `.to("cpu")`, `.to(torch.device("cpu"))` or `.to(device)` with `device`
-    always a CPU device, applied to an argument of a loss call whose result is
-    back-propagated in the same function: `loss = criterion(out.cpu(), y.cpu())` then
-    `loss.backward()`. A loss call is a call to a `torch.nn.*Loss` (or other `*Loss` class)
-    instance, a `torch.nn.functional` loss such as `F.cross_entropy`, or a call named like a
-    loss (`compute_loss(...)`, `self.criterion(...)`) whose result is itself back-propagated.
+    always a CPU device, applied to a tensor that goes into a loss call whose result is
+    back-propagated: `loss = criterion(out.cpu(), y.cpu())` then `loss.backward()`.
+
+    A loss call is a call to a `torch.nn.*Loss` (or other `*Loss` class) instance, a
+    `torch.nn.functional` loss such as `F.cross_entropy`, or a call named like a loss
+    (`compute_loss(...)`, `self.criterion(...)`, `loss, acc = model.loss(...)`) whose result is
+    itself back-propagated. Back-propagated means that its value reaches, through names (every
+    binding that may reach the read), `self.x` attributes, arithmetic and the returns of
+    same-file functions and methods, one of: `.backward()`, `scaler.scale(...).backward()`,
+    `accelerator.backward(...)`, `torch.autograd.backward/grad(...)`, Lightning's
+    `self.manual_backward(...)`, the return of a Lightning `training_step`, or the return of
+    the `forward` of a loss module (an `nn.Module` named like a loss, or a `_Loss` subclass),
+    which its caller back-propagates.
+
+    The copy is found inside the loss call and, in a file that uses an accelerator (moves
+    something to CUDA, queries it, or defines a Lightning module), also through a name that
+    holds it (`out_host = out.float().cpu()` ... `criterion(out_host, y)`, flagged at the
+    `.cpu()`) and in the argument that a caller passes to a same-file helper computing the
+    loss from its parameter, when that call's result is back-propagated.
+
+    Stays silent on: losses under `torch.no_grad()`, losses only logged or computed after
+    `backward()` for metrics, `validation_step` and other Lightning hooks, `.cpu()` on the
+    model's *input* (`criterion(model(x.cpu()), y)`), a CPU device name in a file that never
+    uses an accelerator, and values that come from other files or from globals read in a
+    function.
 
     ## Why is this bad?
     The results are the same: the loss value and the gradients are identical, because
@@ -44,8 +64,9 @@ class LossOnCpu(Rule):
     ```
 
     ## Fix safety
-    The fix removes the `.cpu()` / `.to("cpu")` calls inside the loss call, all of them at
-    once. It is unsafe: some losses were CPU-only (CTC in older torch, some MPS workarounds)
+    The fix removes the `.cpu()` / `.to("cpu")` calls written inside the loss call, all of them
+    at once; a copy held in a name or made by a caller is reported without a fix (the name
+    may have other uses). It is unsafe: some losses were CPU-only (CTC in older torch, some MPS workarounds)
     and a custom loss may rely on CPU inputs, so the result may no longer run. No fix is
     offered when an input of the loss is not copied to the host in the call (it already
     lives there, e.g. labels from a CPU loader: dropping the other copies would mix
@@ -62,7 +83,12 @@ class LossOnCpu(Rule):
     fix_applicability = Applicability.UNSAFE
     # A back-propagated loss computed on host copies: `.cpu()`, or a "cpu" device literal
     # (`.to("cpu")`, `torch.device("cpu")`, a name bound to one).
-    tokens = (("backward", "cpu()"), ("backward", '"cpu'), ("backward", "'cpu"))
+    # Back-propagated: `backward`, a Lightning `training_step`, or a loss module's `forward`.
+    tokens = tuple(
+        (evidence, cpu)
+        for evidence in ("backward", "training_step", "def forward", "autograd")  # `manual_backward` too
+        for cpu in ("cpu()", '"cpu', "'cpu")
+    )
 
     VALID = (
         # Metrics on host copies after backward().
@@ -83,6 +109,19 @@ class LossOnCpu(Rule):
         # A call that is not a loss: the result is back-propagated, but `model` is no loss.
         "loss = model(x.cpu(), y.cpu())\n"
         "loss.backward()\n",
+        # A host copy held in a name, used only for a metric after backward().
+        "import torch.nn.functional as F\n"
+        "loss, acc = model.loss(emb, labels)\n"
+        "loss.backward()\n"
+        "acc_host = acc.cpu()\n"
+        "history.append(F.l1_loss(out.detach().cpu(), y.cpu()).item())\n",
+        # A Lightning validation step: its return is not back-propagated.
+        "import lightning.pytorch as pl\n"
+        "import torch.nn.functional as F\n"
+        "class Model(pl.LightningModule):\n"
+        "    def validation_step(self, batch, batch_idx):\n"
+        "        x, y = batch\n"
+        "        return F.mse_loss(self(x).cpu(), y.cpu())\n",
         # `device` is not always the CPU.
         "import torch\n"
         "device = torch.device('cpu')\n"
@@ -142,6 +181,58 @@ class LossOnCpu(Rule):
             "    loss.backward()\n",
             expected=None,
         ),
+        # A host copy held in a name: reported at the copy, not fixed.
+        Example(
+            "import torch\n"
+            "import torch.nn.functional as F\n"
+            "for x, y in loader:\n"
+            "    out_host = model(x.cuda()).float().cpu()\n"
+            "    loss = F.smooth_l1_loss(out_host, y)\n"
+            "    loss.backward()\n",
+            expected=None,
+        ),
+        # Lightning back-propagates what `training_step` returns.
+        Example(
+            "import pytorch_lightning as pl\n"
+            "import torch.nn as nn\n"
+            "class Model(pl.LightningModule):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.criterion = nn.BCEWithLogitsLoss()\n"
+            "    def training_step(self, batch, batch_idx):\n"
+            "        x, y = batch\n"
+            "        loss = self.criterion(self(x).cpu(), y.float().cpu())\n"
+            "        return loss\n",
+            expected=(
+                "import pytorch_lightning as pl\n"
+                "import torch.nn as nn\n"
+                "class Model(pl.LightningModule):\n"
+                "    def __init__(self):\n"
+                "        super().__init__()\n"
+                "        self.criterion = nn.BCEWithLogitsLoss()\n"
+                "    def training_step(self, batch, batch_idx):\n"
+                "        x, y = batch\n"
+                "        loss = self.criterion(self(x), y.float())\n"
+                "        return loss\n"
+            ),
+            count=2,
+        ),
+        # A loss returned by a helper and back-propagated by its caller.
+        Example(
+            "import torch.nn.functional as F\n"
+            "def masked_loss(logits, target):\n"
+            "    return F.binary_cross_entropy_with_logits(logits.cpu(), target.cpu())\n"
+            "def step(model, x, y):\n"
+            "    masked_loss(model(x), y).backward()\n",
+            expected=(
+                "import torch.nn.functional as F\n"
+                "def masked_loss(logits, target):\n"
+                "    return F.binary_cross_entropy_with_logits(logits, target)\n"
+                "def step(model, x, y):\n"
+                "    masked_loss(model(x), y).backward()\n"
+            ),
+            count=2,
+        ),
         # Other arguments to `.to(...)`: reported, not fixed.
         Example(
             "import torch\n"
@@ -152,24 +243,42 @@ class LossOnCpu(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
-        seen: set[cst.Call] = set()
+        found: dict[cst.Call, tuple[str, Optional[Fix]]] = {}
+        # A copy made away from the loss call counts only in a file that uses an accelerator:
+        # CPU-only scripts write `.cpu()` defensively, and there it moves nothing.
+        indirect = None
         for call in loss_calls(model):
             callee = model.code(call.func)
-            moves_by_input = [list(host_moves(model, tensor)) for tensor in _tensor_inputs(model, call)]
-            fix = _drop_moves(model, callee, moves_by_input)
+            moves_by_input = []
+            for tensor in _tensor_inputs(model, call):
+                moves = []
+                for move in host_moves(model, tensor):
+                    if not _inside(model, move, call):
+                        if indirect is None:
+                            indirect = uses_accelerator(model)
+                        if not (indirect and feeds_backward(model, move)):
+                            continue
+                    moves.append(move)
+                moves_by_input.append(moves)
+            fix = _drop_moves(model, call, callee, moves_by_input)
             for move in (move for moves in moves_by_input for move in moves):
-                if move in seen:
-                    continue
-                seen.add(move)
-                yield Violation(
-                    move,
-                    f"`{_move_text(model, move)}` copies a tensor to the host inside the loss `{callee}(...)`, "
-                    f"whose result is back-propagated: the loss and gradients are the same, but on a GPU every "
-                    f"step pays a blocking device-to-host copy here (and, for a tensor that needs grad, a "
-                    f"host-to-device copy of its gradient in backward()); compute the loss on the device and "
-                    f"copy only metrics, after backward()",
-                    fix,
-                )
+                if move not in found or (found[move][1] is None and fix is not None):
+                    found[move] = (callee, fix)
+        for move in sorted(found, key=model.order):
+            callee, fix = found[move]
+            yield Violation(
+                move,
+                f"`{_move_text(model, move)}` copies a tensor to the host for the loss `{callee}(...)`, "
+                f"whose result is back-propagated: the loss and gradients are the same, but on a GPU every "
+                f"step pays a blocking device-to-host copy here (and, for a tensor that needs grad, a "
+                f"host-to-device copy of its gradient in backward()); compute the loss on the device and "
+                f"copy only metrics, after backward()",
+                fix,
+            )
+
+
+def _inside(model: SemanticModel, node: cst.CSTNode, call: cst.Call) -> bool:
+    return any(ancestor is call for ancestor in model.ancestors(node))
 
 
 # Loss options that are never tensors: a name there does not say where the loss's inputs live.
@@ -199,11 +308,14 @@ def _move_text(model: SemanticModel, move: cst.Call) -> str:
     return f".{move.func.attr.value}({arguments})"
 
 
-def _drop_moves(model: SemanticModel, callee: str, moves_by_input: list[list[cst.Call]]) -> Optional[Fix]:
+def _drop_moves(model: SemanticModel, call: cst.Call, callee: str, moves_by_input: list[list[cst.Call]]) -> Optional[Fix]:
     """Drop every host copy inside the loss call at once, or none: when one input is left on the
     host (`criterion(out.cpu(), labels)` with `labels` from a CPU loader), dropping the others
-    would mix devices and raise."""
+    would mix devices and raise. A copy held in a name (`out_host = out.cpu()`) or made by a
+    caller is not dropped: the name may serve other uses."""
     if not moves_by_input or any(len(moves) != 1 for moves in moves_by_input):
+        return None
+    if not all(_inside(model, moves[0], call) for moves in moves_by_input):
         return None
     moves = [moves[0] for moves in moves_by_input]
     if not all(_droppable(model, move) for move in moves):

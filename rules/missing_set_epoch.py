@@ -11,8 +11,7 @@ from dplint.data import (
     SamplerFlow,
     epoch_count_loop,
     is_shuffling_distributed_sampler,
-    loops_around,
-    runs_backward,
+    returns_shuffling_sampler,
     trace_sampler,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
@@ -23,15 +22,30 @@ class MissingSetEpoch(Rule):
     """
     ## What it does
     Flags a shuffling `DistributedSampler` whose loader is iterated by a training loop
-    (one that calls `.backward()`) inside an epoch loop, when nothing in the file ever calls
-    `set_epoch(...)` on it: not `sampler.set_epoch`, `loader.sampler.set_epoch` nor
-    `loader.batch_sampler.sampler.set_epoch`.
+    (its batches reach a `.backward()`) that runs again and again (an epoch loop), when
+    nothing ever calls `set_epoch(...)` on it: not `sampler.set_epoch`,
+    `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`.
 
-    It stays silent when the sampler does not shuffle (`shuffle=False`), when the loader is
-    iterated once or only for evaluation, when the sampler is rebuilt each epoch with a
-    changing `seed=`, and whenever the sampler or its loader is handed to code the file cannot
-    see into (a helper such as `train_one_epoch(loader)`, a trainer object, a return): that
-    code may call `set_epoch` itself, as Lightning and Accelerate do.
+    The sampler is followed through names (every binding that can reach a use, branch by
+    branch), loaders and batch samplers, `self.x` attributes of its class, the parameters of
+    functions and constructors of the same file it is passed to (`Runner(net, loader)`,
+    `train_one_epoch(model, loader)`), the values they return (also one element of a returned
+    tuple: `train_dl, val_dl = make_loaders()`), and, when the file is checked as part of a
+    project, a factory in another file (`sampler=pick_sampler(ds)` that may return one).
+    Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`), `iter(loader)`
+    with `next()`, or a generator that re-iterates it (`while True: for b in loader: yield
+    b`) whose batches are drawn in a training loop. The epoch loop, the iteration and the
+    `backward()` may sit in different functions of the file (`fit()` -> `_one_pass()` ->
+    `_step()`).
+
+    It stays silent when the sampler does not provably shuffle (`shuffle=False`, or a
+    config value), when the loader is iterated once or only for evaluation, when the sampler
+    is rebuilt each epoch with a changing `seed=`, and whenever the sampler or its loader
+    reaches code that cannot be seen: a call of something that is neither a function nor a
+    class of the file or project (a third-party trainer such as Lightning's `Trainer.fit`,
+    Accelerate's `prepare`, an attribute of an unknown object), a container, a function
+    whose callers are not all visible (a callback), or a class attribute read from outside
+    its class. Such code may call `set_epoch` itself, as Lightning and Accelerate do.
 
     ## Why is this bad?
     `DistributedSampler.__iter__` seeds its permutation with `seed + self.epoch`
@@ -65,7 +79,10 @@ class MissingSetEpoch(Rule):
     loop, and a name bound before the loop reaches the sampler (`sampler`, or
     `train_loader.sampler` when the sampler was created inline). `while` loops,
     `for _ in ...`, and a sampler that may be `None` (`DistributedSampler(...) if ddp else
-    None`, or assigned in one branch of an `if`) get no fix: the call would fail there.
+    None`, or assigned in one branch of an `if`), a sampler returned by a factory with other
+    returns, and epoch loops in another function than the iteration (or `iter()`/`next()`
+    steps, generators) get no fix: the call would fail there, or the loop variable may not
+    count epochs.
     """
 
     code = "DPL008"
@@ -168,28 +185,30 @@ class MissingSetEpoch(Rule):
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         for site in model.calls:
             sampler = site.node
-            if not is_shuffling_distributed_sampler(model, sampler):
+            built_here = is_shuffling_distributed_sampler(model, sampler)
+            if not (built_here or returns_shuffling_sampler(model, sampler)):
                 continue
             flow = trace_sampler(model, sampler)
             if flow.escapes or flow.sets_epoch:
                 continue
-            epoch_loops = []
-            for loop in flow.iterations:
-                outer = loops_around(model, loop)
-                if outer and runs_backward(model, loop):
-                    epoch_loops.append(outer)
-            if not epoch_loops or _reseeded_each_epoch(model, sampler, epoch_loops):
+            training = [it for it in flow.iterations if it.epoch_loops and it.trains]
+            epoch_loops = [it.epoch_loops for it in training if it.model is model]
+            if not training or _reseeded_each_epoch(model, sampler, epoch_loops):
                 continue
-            line = model.position(epoch_loops[0][-1])[0].line
+            where = training[0].model
+            line = where.position(training[0].epoch_loops[-1])[0].line
+            line = str(line) if where is model else f"{where.path}:{line}"
             yield Violation(
                 node=sampler,
                 message=(
-                    "This DistributedSampler shuffles, but `set_epoch()` is never called on it: it "
+                    ("This DistributedSampler shuffles" if built_here else
+                     f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
+                    + ", but `set_epoch()` is never called on it: it "
                     f"seeds its order with `seed + epoch`, so every epoch of the loop at line {line} "
                     "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
                     "start of each epoch"
                 ),
-                fix=self._fix(model, flow, epoch_loops),
+                fix=self._fix(model, flow, epoch_loops) if built_here and all(it.fixable and it.model is model for it in training) else None,
             )
 
     @staticmethod

@@ -8,6 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SELF_RETURNING_METHODS, SemanticModel, Wrapping, argument, peel_self_returning
+from dplint.training import is_construction, wrappings
 
 # torch 2.13 `torch.optim.__all__` (the classes) and `torch.distributed.optim`'s optimizers.
 OPTIMIZER_CLASSES = {
@@ -41,7 +42,11 @@ class OptimizerInDataParallel(Rule):
     Flags `nn.DataParallel(optimizer)` and `DistributedDataParallel(optimizer)` where the
     argument is (or is a name bound to) a `torch.optim` optimizer, such as
     `torch.optim.SGD(...)` or `ZeroRedundancyOptimizer(...)`. Learning-rate schedulers are
-    not optimizers and are not concerned.
+    not optimizers and are not concerned. A project subclass of either wrapper counts, and so
+    does a call of a same-file (or project) function that wraps its argument
+    (`optimizer = to_gpus(torch.optim.Adam(...))` with `def to_gpus(m): return
+    nn.DataParallel(m)`), reported at that call, without a fix. Silent when the argument is a
+    parameter or comes from elsewhere.
 
     ## Why is this bad?
     The wrappers take a `Module`, and an optimizer is not one (re-checked on torch 2.13, CPU):
@@ -106,6 +111,16 @@ class OptimizerInDataParallel(Rule):
         "    return nn.DataParallel(thing)\n",
     )
     INVALID = (
+        # A helper wraps whatever it gets, the optimizer included: reported at the call, no fix.
+        Example(
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "def to_gpus(m):\n"
+            "    return nn.DataParallel(m).cuda()\n"
+            "model = to_gpus(net)\n"
+            "optimizer = to_gpus(torch.optim.SGD(model.parameters(), lr=0.1))\n",
+            expected=None,
+        ),
         Example(
             "import torch\n"
             "import torch.nn as nn\n"
@@ -146,7 +161,7 @@ class OptimizerInDataParallel(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
-        for wrapping in model.wrappings:
+        for wrapping in wrappings(model):
             optimizer = _optimizer_held(model, wrapping.inner, wrapping.call)
             if optimizer is None:
                 continue
@@ -167,7 +182,7 @@ class OptimizerInDataParallel(Rule):
             yield Violation(
                 node=wrapping.call,
                 message=what + "; wrap the model, not the optimizer",
-                fix=_unwrap(model, wrapping),
+                fix=_unwrap(model, wrapping) if is_construction(model, wrapping) else None,
             )
 
 

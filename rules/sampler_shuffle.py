@@ -6,18 +6,29 @@ from typing import Iterator
 
 import libcst as cst
 
-from dplint.data import LOADER_SAMPLER, LOADER_SHUFFLE, is_distributed_sampler, is_loader_call, loader_sampler
+from dplint.data import LOADER_SHUFFLE, is_loader_call, loader_argument, sampler_with_true_shuffle
 from dplint.fixes import without_argument
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument, keyword_arg, static_truth
+from dplint.semantic import DISTRIBUTED_SAMPLER, SemanticModel, keyword_arg, peel_self_returning
 
 
 class SamplerShuffle(Rule):
     """
     ## What it does
-    Flags a `DataLoader` given both a sampler (such as a `DistributedSampler`) and a
-    `shuffle=` argument that is provably true: `shuffle=True`, a name bound to `True`, or
-    an expression such as `shuffle=(sampler is not None)`.
+    Flags a `DataLoader` (torch's, or PyG's `torch_geometric.loader.DataLoader`, which
+    hands both arguments on to it) given a torch sampler (such as a `DistributedSampler`)
+    and a `shuffle=` that is provably true on the same path: `shuffle=True`, a name bound
+    to `True`, or an expression such as `shuffle=(sampler is not None)`.
+
+    Every binding that can reach the arguments is followed with the branch conditions it
+    holds under, and conditions that are the same test are judged together:
+    `sampler = DistributedSampler(ds) if distributed else None` with `shuffle=True` is
+    flagged (it raises when `distributed`), while `shuffle=(sampler is None)`,
+    `shuffle=not distributed`, or a `shuffle` set to False in the branch that sets the
+    sampler is right. Samplers are also followed through same-file helpers that return them
+    and parameters with a single caller. It stays silent when `shuffle` is unknown (a
+    config value, a parameter with several callers), when the sampler is unknown, and for
+    any other library's `DataLoader`.
 
     ## Why is this bad?
     `DataLoader.__init__` refuses the combination for any sampler and any truthy shuffle
@@ -43,7 +54,10 @@ class SamplerShuffle(Rule):
 
     ## Fix safety
     The fix removes the `shuffle=` argument; it is safe because the code it changes raises
-    today. `shuffle=False` is fine and never flagged. A `shuffle` passed by position is not
+    today. When the sampler is set only on some paths (it may be None), removing `shuffle`
+    would stop the other paths from shuffling: the fix then turns `shuffle=True` into
+    `shuffle=<sampler> is None` (only when the sampler is passed as a name), which keeps
+    them as they are. `shuffle=False` is fine and never flagged. A `shuffle` passed by position is not
     fixed (removing it would shift the arguments after it).
     """
 
@@ -99,13 +113,14 @@ class SamplerShuffle(Rule):
             call = site.node
             if not is_loader_call(model, call):
                 continue
-            shuffle = argument(call, *LOADER_SHUFFLE)
-            if shuffle is None or static_truth(model, shuffle, call) is not True:
-                continue
-            sampler = loader_sampler(model, call)
+            sampler = sampler_with_true_shuffle(model, call)
             if sampler is None:
                 continue
-            which = "the DistributedSampler already shuffles" if is_distributed_sampler(model, sampler) else "the sampler decides the order"
+            shuffle = loader_argument(model, call, "shuffle")
+            distributed = sampler.model.qualified_name(peel_self_returning(sampler.expr).func) == DISTRIBUTED_SAMPLER
+            which = "the DistributedSampler already shuffles" if distributed else "the sampler decides the order"
+            if sampler.conditions:
+                which += " (on the path where the sampler is set)"
             shuffle_arg = keyword_arg(call, LOADER_SHUFFLE[1])
             yield Violation(
                 node=shuffle_arg if shuffle_arg is not None else shuffle,
@@ -114,13 +129,25 @@ class SamplerShuffle(Rule):
                     "`ValueError: sampler option is mutually exclusive with shuffle`; "
                     f"{which}, so drop `shuffle=`"
                 ),
-                fix=self._fix(call, shuffle_arg),
+                fix=self._fix(model, call, shuffle_arg, conditional=bool(sampler.conditions)),
             )
 
     @staticmethod
-    def _fix(call: cst.Call, shuffle_arg: cst.Arg | None) -> Fix | None:
+    def _fix(model: SemanticModel, call: cst.Call, shuffle_arg: cst.Arg | None, conditional: bool) -> Fix | None:
         if shuffle_arg is None:
             return None
+        if conditional:
+            # The sampler may be None: without `shuffle=` that path would stop shuffling.
+            # `shuffle=True` -> `shuffle=<sampler> is None` keeps it, and only there.
+            sampler = loader_argument(model, call, "sampler")
+            literal_true = isinstance(shuffle_arg.value, cst.Name) and shuffle_arg.value.value == "True"
+            if not (isinstance(sampler, cst.Name) and literal_true):
+                return None
+            return Fix(
+                Applicability.SAFE,
+                f"Shuffle only where there is no sampler: `shuffle={sampler.value} is None`",
+                (Edit(shuffle_arg.value, f"{sampler.value} is None"),),
+            )
         return Fix(
             Applicability.SAFE,
             "Remove the `shuffle=` argument",

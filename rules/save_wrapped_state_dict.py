@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from dplint.checkpoints import SavedWrapperStateDict, checkpoint_facts, is_conditional, wrapper_kind_name
+from dplint.checkpoints import SavedWrapperStateDict, checkpoint_facts, wrapper_kind_name
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 
@@ -14,6 +14,22 @@ class SaveWrappedStateDict(Rule):
     ## What it does
     Flags `torch.save` of a `nn.DataParallel` / `DistributedDataParallel` wrapper's
     `state_dict()`, directly or inside a saved dict (`{"model": ddp.state_dict(), ...}`).
+
+    The wrapper is followed per path: through every assignment that reaches the save, a
+    same-file function that returns it (`model = build(net)` with `return DDP(net)`), an
+    attribute set in another method (`self.model = DDP(...)` in `__init__`, saved in
+    `save()`), and the branch conditions around the save. On a branch where the model is bare
+    it stays silent: `if multi_gpu: model = DP(model)` ... `if multi_gpu: save(model.module
+    .state_dict()) else: save(model.state_dict())`, `(model.module if multi_gpu else
+    model).state_dict()`, and `m.module if isinstance(m, DP) else m` (or `hasattr(m,
+    "module")`). Saved wrapped on some paths only (a save after `if multi_gpu:` wrapped), it is
+    flagged without a fix. Silent when the model is a parameter with several callers, or an
+    unknown object.
+
+    A state dict handed to a function that saves that parameter counts as saved: a function or
+    class method of this file or, when dplint checks a project, of the file it is imported
+    from (`Saver(out).dump(ddp.state_dict(), step)` with `torch.save({"weights": weights, ...},
+    path)` in `dump`). The finding is on the `state_dict()` call, where the fix goes.
 
     ## Why is this bad?
     The wrapper keeps the model as its attribute `module`, so every key of its state dict
@@ -70,8 +86,39 @@ class SaveWrappedStateDict(Rule):
         "import torch\nimport torch.nn as nn\n"
         "def save(model):\n"
         '    torch.save(model.state_dict(), "m.pt")\n',
+        # The `else` of the same test that wraps: the model is bare there.
+        "import torch\nimport torch.nn as nn\n"
+        "multi = torch.cuda.device_count() > 1\n"
+        "model = nn.Linear(2, 2)\n"
+        "if multi:\n"
+        "    model = nn.DataParallel(model)\n"
+        "if multi:\n"
+        '    torch.save(model.module.state_dict(), "m.pt")\n'
+        "else:\n"
+        '    torch.save(model.state_dict(), "m.pt")\n',
     )
     INVALID = (
+        # Returned by a builder of this file, held in an attribute, saved in another method.
+        Example(
+            "import torch\nimport torch.nn as nn\n"
+            "def build(net):\n"
+            "    return nn.DataParallel(net).cuda()\n"
+            "class Loop:\n"
+            "    def __init__(self, net):\n"
+            "        self.model = build(net)\n"
+            "    def save(self):\n"
+            '        torch.save(self.model.state_dict(), "loop.pt")\n',
+            expected=(
+                "import torch\nimport torch.nn as nn\n"
+                "def build(net):\n"
+                "    return nn.DataParallel(net).cuda()\n"
+                "class Loop:\n"
+                "    def __init__(self, net):\n"
+                "        self.model = build(net)\n"
+                "    def save(self):\n"
+                '        torch.save(self.model.module.state_dict(), "loop.pt")\n'
+            ),
+        ),
         Example(
             "import torch\n"
             "import torch.nn as nn\n"
@@ -122,9 +169,10 @@ class SaveWrappedStateDict(Rule):
             reported.add(state_dict.call)
             receiver = model.code(state_dict.receiver)
             kind = wrapper_kind_name(state_dict.wrapping)
-            conditional = is_conditional(model, state_dict.bindings, state_dict.call)
+            conditional = not state_dict.every_path
+            writer = f"`{model.code(save.save.func)}(...)` saves" if save.through_helper else "`torch.save` writes"
             message = (
-                f"`torch.save` writes `{receiver}.state_dict()` of a {kind}: every key starts with `module.`, so the "
+                f"{writer} `{receiver}.state_dict()` of a {kind}: every key starts with `module.`, so the "
                 'checkpoint does not load into a bare model (`Unexpected key(s) in state_dict: "module.…`)'
             )
             if conditional:
@@ -144,7 +192,7 @@ class SaveWrappedStateDict(Rule):
         for load in checkpoint_facts(model).loads:
             if save not in checkpoint_facts(model).wrapper_saves_of(load.loaded):
                 continue
-            if load.target_is_wrapper is not None and not is_conditional(model, load.target_wrapper_bindings, load.call):
+            if load.target_is_wrapper is not None and load.target_wrapped_on_every_path:
                 edits.append(Edit(load.target, f"{model.code(load.target)}.module"))
                 loads_into_wrapper += 1
             elif not load.target_is_bare:  # loaded into something unknown: it may need the prefix

@@ -6,10 +6,10 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.checkpoints import resolve, wrapper_held
+from dplint.checkpoints import resolve
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, Wrapping, argument, keyword_arg, literal_value, method_call, own_returns, peel_self_returning
-from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops
+from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops, construction_argument, held_wrapper
 
 # What a loss's `reduction=` makes of it: a 0-d mean or sum ("none" keeps the batch dimension).
 REDUCTIONS = {"mean": "mean", "batchmean": "mean", "sum": "sum"}
@@ -40,6 +40,13 @@ class ScalarGather(Rule):
     `return loss` with `loss = self.criterion(out, y)`, `return (out - y).pow(2).mean()` --
     when that result is back-propagated as it is: `loss = dp(x); loss.backward()`,
     `dp(x).backward()` or `scaler.scale(loss).backward()`.
+
+    The wrapper is found where it is held on some path: a name, a `self.x` attribute set in
+    another method, a same-file (or project) function that returns
+    `nn.DataParallel(module)` of its argument, a helper that returns its argument, or a
+    project subclass of `nn.DataParallel`. Silent when the module's class is unknown (another
+    file, a parameter), when `device_ids` names one device, when the gathered value is
+    reduced (`.mean()`, `.sum()`) or back-propagated with an explicit gradient.
 
     ## Why is this bad?
     With 2+ GPUs, `DataParallel.forward` runs one replica per GPU and gathers their outputs
@@ -123,6 +130,37 @@ class ScalarGather(Rule):
         "loss.backward()\n",
     )
     INVALID = (
+        # The wrapper comes from a same-file helper and lives in an attribute.
+        Example(
+            "import torch.nn as nn\n"
+            "import torch.nn.functional as F\n"
+            "class Net(nn.Module):\n"
+            "    def forward(self, x, y):\n"
+            "        return F.mse_loss(self.fc(x), y)\n"
+            "def parallel(m):\n"
+            "    return nn.DataParallel(m).cuda()\n"
+            "class Trainer:\n"
+            "    def __init__(self):\n"
+            "        self.model = parallel(Net())\n"
+            "    def step(self, x, y):\n"
+            "        loss = self.model(x, y)\n"
+            "        loss.backward()\n",
+            expected=(
+                "import torch.nn as nn\n"
+                "import torch.nn.functional as F\n"
+                "class Net(nn.Module):\n"
+                "    def forward(self, x, y):\n"
+                "        return F.mse_loss(self.fc(x), y)\n"
+                "def parallel(m):\n"
+                "    return nn.DataParallel(m).cuda()\n"
+                "class Trainer:\n"
+                "    def __init__(self):\n"
+                "        self.model = parallel(Net())\n"
+                "    def step(self, x, y):\n"
+                "        loss = self.model(x, y).mean()\n"
+                "        loss.backward()\n"
+            ),
+        ),
         Example(
             "import torch.nn as nn\n"
             "import torch.nn.functional as F\n"
@@ -221,15 +259,15 @@ def _wrapper_call(model: SemanticModel, root: cst.BaseExpression, at: cst.CSTNod
     value = model.value_at(root, at)
     if not isinstance(value, cst.Call):
         return None
-    held = wrapper_held(model, value.func, value)
-    if held is None or held[0].kind != "DP" or _single_device(held[0]):
+    wrapping = held_wrapper(model, value.func)
+    if wrapping is None or wrapping.kind != "DP" or _single_device(model, wrapping):
         return None
-    return value, held[0]
+    return value, wrapping
 
 
-def _single_device(wrapping: Wrapping) -> bool:
+def _single_device(model: SemanticModel, wrapping: Wrapping) -> bool:
     """`device_ids=[0]`: DataParallel calls the module directly, nothing is gathered."""
-    device_ids = argument(wrapping.call, 1, "device_ids")
+    device_ids = construction_argument(model, wrapping, 1, "device_ids")
     return isinstance(device_ids, (cst.List, cst.Tuple)) and len(device_ids.elements) == 1
 
 

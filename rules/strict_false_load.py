@@ -6,9 +6,9 @@ from typing import Iterator
 
 import libcst as cst
 
-from dplint.checkpoints import checkpoint_facts, name_is_read
+from dplint.checkpoints import StateDictLoad, checkpoint_facts, name_is_read
 from dplint.rule import Applicability, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel
+from dplint.semantic import SemanticModel, method_call
 
 
 class StrictFalseLoad(Rule):
@@ -17,6 +17,15 @@ class StrictFalseLoad(Rule):
     Flags `model.load_state_dict(state_dict, strict=False)` whose result (the missing and
     unexpected keys) is thrown away: the call is a statement of its own, or its result is
     assigned to names that are never read.
+
+    Silent when the code already matches the keys to the model: the state dict is the
+    model's own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it
+    (`{k: v for k, v in sd.items() if k in own}`), or a statement before the load, in the same
+    function, uses both the state dict and the model's `state_dict()` (`missing =
+    set(model.state_dict()) - set(sd)`, a log of the keys not in the model), or a loop that
+    fills the state dict looks the model's keys up (`meta = model.state_dict()` ... `for name,
+    t in full.items(): sd[name] = shard(t, meta.get(name))`). Silent too when
+    `strict` is not literally False.
 
     ## Why is this bad?
     With `strict=False`, `load_state_dict` raises nothing when keys do not match; it returns
@@ -60,6 +69,14 @@ class StrictFalseLoad(Rule):
         'print("missing keys:", result.missing_keys)\n',
         "model.load_state_dict(sd)\n"
         "model.load_state_dict(sd, strict=True)\n",
+        # The keys are compared with the model's before the load.
+        "own = model.state_dict()\n"
+        "print('not in the model:', [k for k in sd if k not in own])\n"
+        "model.load_state_dict(sd, strict=False)\n",
+        # The dict is built from the model itself.
+        "own = model.state_dict()\n"
+        "own.update({k: v for k, v in pretrained.items() if k in own})\n"
+        "model.load_state_dict(own, strict=False)\n",
         # strict is not known to be False here.
         "def load(model, sd, strict):\n"
         "    model.load_state_dict(sd, strict=strict)\n",
@@ -79,7 +96,7 @@ class StrictFalseLoad(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         for load in checkpoint_facts(model).loads:
-            if not load.strict_false or not _result_ignored(model, load.call):
+            if not load.strict_false or not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
                 continue
             yield Violation(
                 node=load.call,
@@ -94,6 +111,104 @@ class StrictFalseLoad(Rule):
                     "`result.missing_keys` and `result.unexpected_keys`",
                 ),
             )
+
+
+def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
+    """Whether the code already compares the state dict with the model's own keys: the dict is
+    built from the model (`own = model.state_dict(); own.update(...)`, or filtered with
+    `if k in own`), or a statement before the load uses both (`missing = set(own) - set(sd)`,
+    `print([k for k in sd if k not in model.state_dict()])`)."""
+    if load.argument is None:
+        return False
+    own_names = _own_state_dict_names(model, load)
+    if _mentions_own_state_dict(model, load.argument, load.target, own_names):
+        return True
+    roots = _root_names(model, load.argument, load.call)
+    if not roots:
+        return False
+    scope = model.scope(load.call)
+    position = model.order(load.call)
+    for root in roots:
+        if root in own_names:
+            return True  # `own = model.state_dict(); own.update(pretrained); model.load_state_dict(own, ...)`
+        for node, node_scope, order in model.references.get(root, ()):
+            if order >= position or node_scope is not scope:
+                continue
+            # The statement, or a loop around it (`for name, t in full.items(): own_meta =
+            # meta_sd.get(name); sd[name] = ...`), compares with the model's keys.
+            for checked in (model.statement_of(node), *_loops_around(model, node, load.call)):
+                if _mentions_own_state_dict(model, checked, load.target, own_names):
+                    return True
+    return False
+
+
+def _loops_around(model: SemanticModel, node: cst.CSTNode, load: cst.Call) -> list[cst.CSTNode]:
+    """The loops around `node` that do not also hold the load."""
+    around_load = set(model.ancestors(load))
+    loops = []
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)) or ancestor in around_load:
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            loops.append(ancestor)
+    return loops
+
+
+def _own_state_dict_names(model: SemanticModel, load: StateDictLoad) -> set[str]:
+    """Names of the load's scope bound to the target's own `state_dict()` (or its keys)."""
+    names = set()
+    scope = model.scope(load.call)
+    for key, bindings in model.bindings.items():
+        for binding in bindings:
+            if binding.scope is scope and binding.value is not None and _is_own_state_dict(model, binding.value, load.target):
+                names.add(key)
+    return names
+
+
+def _is_own_state_dict(model: SemanticModel, expr: cst.CSTNode, target: cst.BaseExpression) -> bool:
+    """`target.state_dict()` (also `.keys()` / `dict(...)` / `copy` of it), for the target or
+    its wrapper/inner module."""
+    while isinstance(expr, cst.Call):
+        method = method_call(expr)
+        if method is not None and method[1] == "state_dict":
+            wanted = model.code(target)
+            receiver = model.code(method[0])
+            return receiver in (wanted, wanted + ".module") or wanted == receiver + ".module"
+        if method is not None and method[1] in ("keys", "copy"):
+            expr = method[0]
+        elif isinstance(expr.func, cst.Name) and expr.func.value in ("dict", "set", "list", "OrderedDict") and expr.args:
+            expr = expr.args[0].value
+        else:
+            return False
+    return False
+
+
+def _mentions_own_state_dict(model: SemanticModel, node: cst.CSTNode, target: cst.BaseExpression, own_names: set[str]) -> bool:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name) and current.value in own_names:
+            return True
+        if isinstance(current, cst.Call) and _is_own_state_dict(model, current, target):
+            return True
+        stack.extend(current.children)
+    return False
+
+
+def _root_names(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> list[str]:
+    """`sd` for `sd`, `sd["model"]`, `ckpt["model"]` (and what `sd = ckpt["model"]` was taken from)."""
+    names = []
+    for _ in range(4):
+        while isinstance(expr, (cst.Subscript, cst.Attribute)):
+            expr = expr.value
+        if not isinstance(expr, cst.Name):
+            break
+        names.append(expr.value)
+        binding = model.binding_at(expr.value, at)
+        if binding is None or binding.value is None:
+            break
+        expr, at = binding.value, binding.node
+    return names
 
 
 def _result_ignored(model: SemanticModel, call: cst.Call) -> bool:

@@ -59,6 +59,14 @@ class StripModule(Rule):
     comes from a checkpoint path that this file (or, when dplint checks several files in one
     run, another file) saved a wrapper's `state_dict()` to.
 
+    Checkpoints are matched by path: a literal (or `os.path.join` of literals) in one file;
+    across files also by the path's shape when its file name is literal (`f"{out}/last.pt"`
+    and `os.path.join(ckpt_dir, "last.pt")` are both `*/last.pt`), and by the literal keys
+    inside the saved dict. The save and the load may go through helpers: a function or method
+    that `torch.save`s its parameter, one that returns `torch.load(...)`, in this file or in
+    the project file it is imported from. The wrapper is judged per path (see
+    `save-wrapped-state-dict`): a load on the branch where the model is bare is not flagged.
+
     ## Why is this bad?
     A wrapper keeps the model as its attribute `module`, so every key of its state dict starts
     with `module.`. A bare model has no such attribute, and `load_state_dict` (strict by default)
@@ -267,12 +275,12 @@ class StripModule(Rule):
         facts = checkpoint_facts(model)
         saves = []
         for save in facts.saves:
-            if save.path.literal is None:
+            if save.path.shape is None:
                 continue
             start, _ = model.position(save.save)
             saves.append(
                 {
-                    "path": save.path.literal,
+                    "path": save.path.shape,
                     "keys": list(save.keys),
                     "line": start.line,
                     "column": start.column,
@@ -288,14 +296,14 @@ class StripModule(Rule):
                 or load.prefix_consumed
                 or load.wrapper_state_dict is not None
                 or loaded is None
-                or loaded.path.literal is None
+                or loaded.path.shape is None
                 or facts.wrapper_saves_of(loaded)  # reported by `check`
             ):
                 continue
             start, end = model.position(load.call)
             loads.append(
                 {
-                    "path": loaded.path.literal,
+                    "path": loaded.path.shape,
                     "keys": list(loaded.keys),
                     "line": start.line,
                     "column": start.column,
@@ -324,8 +332,9 @@ class StripModule(Rule):
                 if not savers:
                     continue
                 file, save = savers[0]
+                shown = repr(save["path"]) if "*" not in save["path"] else f"`{save['path']}`"
                 origin = (
-                    f"the checkpoint {save['path']!r}{_keys_text(save['keys'])} that {file}:{save['line']} saves "
+                    f"the checkpoint {shown}{_keys_text(save['keys'])} that {file}:{save['line']} saves "
                     f"from `{save['receiver']}.state_dict()` of a {save['wrapper']}"
                 )
                 yield Finding(

@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.checkpoints import TORCH_SAVE
-from dplint.distributed import Route, callers_of, enclosing_function, every_rank_reaches, is_multi_process, mentions_rank
+from dplint.distributed import Route, enclosing_function, every_rank_reaches, is_multi_process, mentions_rank, passed_for
 from dplint.rule import Example, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument
 
@@ -18,14 +18,27 @@ PRIVATE_TARGETS = ("io.", "tempfile.")
 class UnguardedRankSave(Rule):
     """
     ## What it does
-    In a script that initialises a process group (`dist.init_process_group`) or builds a
-    `DistributedDataParallel`, flags a `torch.save(...)` that every rank runs: it is not under
-    an `if` whose test involves a rank or a main-process helper (`if rank == 0:`,
-    `if dist.get_rank() == 0:`, `if args.local_rank in (-1, 0):`, `if is_main_process():`,
-    `if accelerator.is_main_process:`, or an earlier `if not is_master: return`), and it is
-    not in a function whose calls in this file are all guarded. A save to a path that
-    mentions the rank (`f"ckpt_rank{rank}.pt"`) or to an in-memory buffer is not flagged, nor a
-    save in a function this file never calls (it can't tell who runs it).
+    In a script that runs as several processes (it calls `dist.init_process_group`,
+    `deepspeed.init_distributed()`, `Accelerator()`, `hvd.init()` or a helper named like
+    `init_distributed_mode` / `init_dist` / `setup_ddp`, builds a `DistributedDataParallel` or
+    a `DistributedSampler`, or reads the `LOCAL_RANK` / `--local_rank` a launcher passes),
+    flags a `torch.save(...)` that every rank runs. Every rank runs module-level code, a
+    function started by `mp.spawn`, a function that starts the process group itself (directly
+    or through a helper of this file: an `mp.spawn` target whose spawn is elsewhere), and a
+    function this file calls from such code without a guard.
+
+    A save is guarded, and not flagged, under an `if` (or `... and`, `x if ... else`) whose
+    test involves a rank or a main-process helper (`if rank == 0:`, `if dist.get_rank() == 0:`,
+    `if args.local_rank in (-1, 0):`, `if comm.is_main_process():`, `if self.global_rank == 0:`,
+    `if accelerator.is_main_process:`), a name or attribute the file sets to such a test on any
+    path (`is_master = rank == 0`, `self.is_logger = ...`, `args.save_logs = ... and
+    is_main_process()`, `writer = SummaryWriter() if rank == 0 else None`), after an early exit
+    (`if not is_master: return`), in a function decorated `@rank_zero_only` / `@master_only`,
+    or in a function whose calls in this file are all guarded. A machine's index
+    (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
+    A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`) or to an in-memory
+    buffer is not flagged, nor a save in a function this file never calls (it can't tell who
+    runs it), nor `utils.save_on_master(...)` (not a `torch.save`).
 
     ## Why is this bad?
     Every rank opens the same path and writes it at once. `torch.save` writes the file in
@@ -63,8 +76,22 @@ class UnguardedRankSave(Rule):
     severity = Severity.WARNING
     summary = "every DDP rank torch.save()s the same file at once"
     fix_applicability = None
-    # a torch.save in a file that initialises a process group or builds a DDP
-    tokens = (("save", "init_process_group"), ("save", "DistributedDataParallel"))
+    # a torch.save in a file that shows it runs as several processes (see is_multi_process)
+    tokens = (
+        ("save", "init_process_group"),
+        ("save", "DistributedDataParallel"),
+        ("save", "init_dist"),
+        ("save", "_dist"),
+        ("save", "_ddp"),
+        ("save", "deepspeed"),
+        ("save", "Accelerator"),
+        ("save", "hvd"),
+        ("save", "horovod"),
+        ("save", "DistributedSampler"),
+        ("save", "local_rank"),
+        ("save", "LOCAL_RANK"),
+        ("save", "local-rank"),
+    )
 
     VALID = (
         # Saved on rank 0 only.
@@ -91,11 +118,36 @@ class UnguardedRankSave(Rule):
         "import torch, torch.distributed as dist\n"
         "dist.init_process_group('nccl')\n"
         "torch.save(state, f'ckpt_rank{dist.get_rank()}.pt')\n",
+        # A guard held in an attribute set in the constructor.
+        "import torch, torch.distributed as dist\n"
+        "class Fit:\n"
+        "    def __init__(self):\n"
+        "        dist.init_process_group('nccl')\n"
+        "        self.writes = dist.get_rank() == 0\n"
+        "    def end(self):\n"
+        "        if self.writes:\n"
+        "            torch.save(state, 'ckpt.pt')\n"
+        "Fit().end()\n",
         # Not a multi-process script.
         "import torch\n"
         "torch.save(state, 'ckpt.pt')\n",
     )
     INVALID = (
+        # A machine's index is not a rank: all of the first machine's processes save.
+        Example(
+            "import torch\n"
+            "import torch.distributed as dist\n"
+            "def worker(gpu, args):\n"
+            "    dist.init_process_group('nccl', rank=args.node_rank * 8 + gpu, world_size=16)\n"
+            "    if args.node_rank == 0:\n"
+            "        torch.save(state, 'ckpt.pt')\n",
+        ),
+        # Launched by DeepSpeed.
+        Example(
+            "import deepspeed, torch\n"
+            "deepspeed.init_distributed()\n"
+            "torch.save(state, 'ckpt.pt')\n",
+        ),
         Example(
             "import torch\n"
             "import torch.distributed as dist\n"
@@ -168,28 +220,12 @@ def _target_is_per_rank(model: SemanticModel, save: cst.Call) -> bool:
             if item.asname is not None and isinstance(item.asname.name, cst.Name) and item.asname.name.value == key
         )
     if isinstance(binding.node, cst.Param):
-        return any(mentions_rank(model, passed) for passed in _passed_for(model, save, binding.node))
+        function = enclosing_function(model, save)
+        return isinstance(function, cst.FunctionDef) and any(
+            mentions_rank(model, passed) for passed in passed_for(model, function, binding.node)
+        )
     return False
 
 
 def _is_private(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> bool:
     return isinstance(expr, cst.Call) and (model.qualified_name(expr.func) or "").startswith(PRIVATE_TARGETS)
-
-
-def _passed_for(model: SemanticModel, at: cst.CSTNode, param: cst.Param) -> list[cst.BaseExpression]:
-    """What this file's calls of the enclosing function pass for one of its parameters."""
-    function = enclosing_function(model, at)
-    if not isinstance(function, cst.FunctionDef):
-        return []
-    positional = [*function.params.posonly_params, *function.params.params]
-    index: Optional[int] = positional.index(param) if param in positional else None
-    if index is not None and model.scope(function).kind == "class":
-        index -= 1  # `self.save(state, path)`: self is not among the call's arguments
-    passed = []
-    for call in callers_of(model, function):
-        value = argument(call, index, param.name.value) if index is not None and index >= 0 else argument(call, None, param.name.value)
-        if value is not None:
-            passed.append(value)
-        elif param.default is not None:
-            passed.append(param.default)
-    return passed

@@ -6,17 +6,31 @@ from typing import Iterator
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import CallSite, SemanticModel, Wrapping
-from dplint.training import feeds_backward, inner_model_use, wrapper_reference
+from dplint.training import feeds_backward, held_wrapper, inner_model_use, wrapper_reference
 
 
 class WrapperBypass(Rule):
     """
     ## What it does
-    Flags a training forward through the model inside a wrapper: `model(x)` after
-    `ddp_model = DistributedDataParallel(model)`, or `ddp_model.module(x)`, when the result
-    feeds a tensor that the same function back-propagates (`loss.backward()`,
-    `scaler.scale(loss).backward()`, `accelerator.backward(loss)`), outside
-    `torch.no_grad()` / `torch.inference_mode()`.
+    Flags a training forward through the model inside a wrapper, outside `torch.no_grad()` /
+    `torch.inference_mode()`, when its result feeds a back-propagated tensor
+    (`loss.backward()`, `scaler.scale(loss).backward()`, `accelerator.backward(loss)`, also
+    through same-file helpers that return the loss, `self.x` attributes across methods, a
+    Lightning `training_step` return). The forward through the inner model is:
+    - `model(x)` after `ddp_model = DistributedDataParallel(model)` into another name, in the
+      same function (or `self.x` of the same class set only where it is wrapped), including
+      after `ddp_model = build_ddp(model)` with a same-file (or project) function that returns
+      the wrapper of its argument; not on a branch that excludes the wrapping (`if multi_gpu:`
+      wrap ... `else: out = model(x)`, or a second `if` with the same test);
+    - `wrapper.module(x)` where `wrapper` holds a wrapper on some path: a name, a `self.x`
+      attribute, a parameter that every caller in the file passes a wrapper, or a function's
+      result;
+    - a name bound to `wrapper.module` (`core = ddp.module` ... `core(x)`), without a fix.
+
+    Wrappers are `torch.nn.DataParallel`, `DistributedDataParallel` and project classes that
+    subclass them (`class MyDDP(DistributedDataParallel)`). Silent on DeepSpeed engines,
+    Accelerate-prepared models, wrappers returned by helpers outside the project, and when
+    callers of a function pass a wrapper in one place and something else in another.
 
     ## Why is this bad?
     The wrapper does its work in its own forward. Under `DistributedDataParallel` the
@@ -79,6 +93,19 @@ class WrapperBypass(Rule):
         "loss = criterion(ddp(x), y)\n"
         "loss.backward()\n"
         "sample = model(x_fixed)\n",
+        # The inner model runs only on the path where no wrapper was built.
+        "import torch\n"
+        "if multi_gpu:\n"
+        "    dp = torch.nn.DataParallel(net)\n"
+        "    out = dp(x)\n"
+        "else:\n"
+        "    out = net(x)\n"
+        "criterion(out, y).backward()\n",
+        # Accelerate's prepared model is not a torch wrapper this rule knows.
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "model = accelerator.prepare(net)\n"
+        "accelerator.backward(criterion(model.module(x), y))\n",
         # The same function also back-propagates through the wrapper (accumulation steps).
         "import torch\n"
         "ddp = torch.nn.parallel.DistributedDataParallel(model)\n"
@@ -135,6 +162,38 @@ class WrapperBypass(Rule):
                     "        loss.backward()\n"
             ),
         ),
+        # A project subclass of DistributedDataParallel is a wrapper too.
+        Example(
+            "from torch.nn.parallel import DistributedDataParallel\n"
+            "class AttrDDP(DistributedDataParallel):\n"
+            "    pass\n"
+            "ddp = AttrDDP(net)\n"
+            "criterion(net(x), y).backward()\n",
+            expected=(
+                "from torch.nn.parallel import DistributedDataParallel\n"
+                "class AttrDDP(DistributedDataParallel):\n"
+                "    pass\n"
+                "ddp = AttrDDP(net)\n"
+                "criterion(ddp(x), y).backward()\n"
+            ),
+        ),
+        # The wrapper held in an attribute, the forward through its `.module` in another method.
+        Example(
+            "import torch.nn as nn\n"
+            "class Trainer:\n"
+            "    def __init__(self, net):\n"
+            "        self.model = nn.DataParallel(net).cuda()\n"
+            "    def step(self, x, y):\n"
+            "        criterion(self.model.module(x), y).backward()\n",
+            expected=(
+                "import torch.nn as nn\n"
+                "class Trainer:\n"
+                "    def __init__(self, net):\n"
+                "        self.model = nn.DataParallel(net).cuda()\n"
+                "    def step(self, x, y):\n"
+                "        criterion(self.model(x), y).backward()\n"
+            ),
+        ),
         # The wrapper exists on one branch only: flagged, but no fix (the name may be unbound).
         Example(
             "import torch\n"
@@ -176,7 +235,7 @@ class WrapperBypass(Rule):
                     f"call `{shown}(...)`"
                 )
             fix = None
-            if wrapper is not None:
+            if wrapper is not None and not use.alias:
                 fix = Fix(Applicability.UNSAFE, f"Call the wrapper `{wrapper}`", (Edit(site.node.func, wrapper),))
             yield Violation(site.node, message, fix, severity)
 
@@ -185,6 +244,6 @@ def _wrapper_forward_is_backpropagated(model: SemanticModel, wrapping: Wrapping,
     for site in model.calls:
         if site.scope is not inner.scope or site.in_no_grad or site is inner:
             continue
-        if model.wrapping_bound_to(site.node.func, site.node) is wrapping and feeds_backward(model, site.node):
+        if held_wrapper(model, site.node.func) is wrapping and feeds_backward(model, site.node):
             return True
     return False

@@ -16,10 +16,23 @@ MODE_METHODS = ("train", "eval")
 class WrapperTrain(Rule):
     """
     ## What it does
-    Flags `.train()` / `.eval()` called on a model after it was wrapped into a *different*
-    name (`model_dp = nn.DataParallel(model)` ... `model.train()`), and on the wrapper's
-    inner module (`model_dp.module.train()`). `model = DDP(model)` rebinds the name to the
-    wrapper and is never flagged.
+    Flags `.train()` / `.eval()` called on the model inside a DataParallel/DDP wrapper
+    instead of on the wrapper:
+    - on a model after it was wrapped into a *different* name
+      (`model_dp = nn.DataParallel(model)` ... `model.train()`), in the same function or as
+      `self.x` of the same class set only where it is wrapped;
+    - on `wrapper.module`, where `wrapper` holds a wrapper on some path: a name, a `self.x`
+      attribute, a parameter that every caller in the file passes a wrapper, the result of a
+      same-file function that builds one, or a wrapper passed through a helper that returns
+      its argument (`model = on_gpu(nn.DataParallel(net))`);
+    - on a name bound to `wrapper.module` while `wrapper` still holds the wrapper
+      (`core = net.module` ... `core.train()`), reported without a fix.
+
+    Wrappers are `torch.nn.DataParallel`, `DistributedDataParallel` and project classes that
+    subclass them. `model = DDP(model)` rebinds the name to the wrapper and is never flagged.
+    Silent on DeepSpeed engines and Accelerate-prepared models (`engine.module.train()`),
+    on values returned by helpers of other packages, and when the wrapper name may be unbound
+    at the call (the wrapper is built on one branch only).
 
     ## Why is this bad?
     Less than folklore says. `Module.train()` recurses *down* only, so the wrapper's own
@@ -76,12 +89,52 @@ class WrapperTrain(Rule):
         "import torch.nn as nn\n"
         "model.train()\n"
         "model_dp = nn.DataParallel(model)\n",
+        # A helper of another package: what it returns is unknown.
+        "import torch.nn as nn\n"
+        "from devices import on_gpu\n"
+        "model = on_gpu(nn.DataParallel(net))\n"
+        "model.module.train()\n",
+        # The alias of the inner module is only saved; a deep copy of it is toggled.
+        "import copy\n"
+        "import torch\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "net = DDP(net)\n"
+        "core = net.module\n"
+        "ema = copy.deepcopy(core)\n"
+        "ema.eval()\n"
+        "torch.save(core.state_dict(), 'last.pt')\n",
         # Not torch's wrapper.
         "from mylib import DataParallel\n"
         "model_dp = DataParallel(model)\n"
         "model.train()\n",
     )
     INVALID = (
+        # The inner module through an alias: reported, no fix (the alias may be used elsewhere).
+        Example(
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "def run(net, distributed):\n"
+            "    core = net\n"
+            "    if distributed:\n"
+            "        net = DDP(net)\n"
+            "        core = net.module\n"
+            "    core.train()\n",
+            expected=None,
+        ),
+        # A wrapper passed through a same-file helper that returns its argument.
+        Example(
+            "import torch.nn as nn\n"
+            "def on_gpu(m):\n"
+            "    return m.cuda()\n"
+            "model = on_gpu(nn.DataParallel(net))\n"
+            "model.module.train()\n",
+            expected=(
+                "import torch.nn as nn\n"
+                "def on_gpu(m):\n"
+                "    return m.cuda()\n"
+                "model = on_gpu(nn.DataParallel(net))\n"
+                "model.train()\n"
+            ),
+        ),
         Example(
             "import torch.nn as nn\n"
             "model_dp = nn.DataParallel(model).cuda()\n"
@@ -170,7 +223,8 @@ class WrapperTrain(Rule):
                     f"already follows `{inner}`'s mode, so only `{wrapper}.training` goes stale; "
                     f"call `{wrapper}.{mode}()`, which sets both"
                 )
-            yield Violation(site.node, message, self._fix(model, site.node, receiver, wrapper))
+            fix = None if use.alias else self._fix(model, site.node, receiver, wrapper)
+            yield Violation(site.node, message, fix)
 
     @staticmethod
     def _fix(model: SemanticModel, call: cst.Call, receiver: cst.BaseExpression, wrapper: str) -> Optional[Fix]:

@@ -1,9 +1,9 @@
-"""`dplint verify` and `python -m dplint.runtime_check`: options, progress and the report.
+"""`dplint verify` (the command is in `command.py`): signals, progress and the report.
 
-    dplint verify [OPTIONS] SCRIPT [OPTIONS] [-- SCRIPT_ARGS...]
-
-Exit status: 0 when every finding is confirmed or honestly classified, 1 when a fix failed,
-2 when verify itself could not do its job.
+Exit status: 0 when every finding got a verdict other than not-reached (confirmed,
+not-reproduced, no-runtime-effect, needs-gpu); 1 on fix-failed or when a finding was not
+reached (the report says why and what would reach it); 2 when verify itself could not do
+its job, or was stopped by a signal.
 """
 
 from __future__ import annotations
@@ -15,65 +15,51 @@ import importlib.util
 if importlib.util.find_spec("torch") is None:
     raise ImportError("No module named 'torch'")
 
-import argparse
 import json
+import signal
 import sys
+import threading
 from collections import Counter
 
-from dplint.runtime_check.runner import Report, VerifyError, VerifyOptions, verify
+from dplint.runtime_check.runner import FIXED, ORIGINAL, Interrupted, Report, VerifyError, VerifyOptions, verify
 from dplint.runtime_check.verdicts import RunView, Verdict
 
 EXIT_ERROR = 2
-
-
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="dplint verify",
-        usage="dplint verify [OPTIONS] SCRIPT [OPTIONS] [-- SCRIPT_ARGS...]",
-        description="Run SCRIPT and its fixed copy with probes; report, per finding, whether it is real.",
-    )
-    parser.add_argument("script")
-    parser.add_argument("--output-format", choices=("text", "json"), default="text")
-    parser.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
-                        help="ranks for a distributed script (default 2; with CUDA, the GPUs up to 2)")
-    parser.add_argument("--batches", type=int, default=3, metavar="K", help="batches per DataLoader iteration (default 3)")
-    parser.add_argument("--epochs", type=int, default=2, metavar="E", help="iterations of one loader loop (default 2)")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per run (default 120)")
-    parser.add_argument("--cpu-remap", action="store_true",
-                        help="without CUDA, map cuda->cpu and nccl->gloo for scripts hard-wired to CUDA")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (fixed copy, records, logs)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    return parser
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 def main(argv: list[str]) -> int:
-    argv = list(argv)
-    script_args: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, script_args = argv[:split], argv[split + 1 :]
-    try:
-        options = parser().parse_args(argv)
-    except SystemExit as stop:  # argparse printed the usage error
-        return EXIT_ERROR if stop.code else 0
-    if min(options.batches, options.epochs) < 1 or options.timeout <= 0 or (options.nproc_per_node or 1) < 1:
-        print("dplint: error: --batches, --epochs, --nproc-per-node and --timeout must be positive", file=sys.stderr)
-        return EXIT_ERROR
+    """`python -m dplint.runtime_check ARGS`: the same command as `dplint verify`."""
+    from dplint.runtime_check.command import main as command_main
+
+    return command_main(argv, prog_name="python -m dplint.runtime_check")
+
+
+def run_verify(script: str, script_args: list[str], *, select=None, cwd=None, cpu_remap=False, nproc_per_node=None,
+               batches=3, epochs=2, timeout=120.0, output_format="text", keep=False, quiet=False) -> int:
     verify_options = VerifyOptions(
-        nproc=options.nproc_per_node, batches=options.batches, epochs=options.epochs,
-        timeout=options.timeout, cpu_remap=options.cpu_remap, keep=options.keep,
+        nproc=nproc_per_node, batches=batches, epochs=epochs, timeout=timeout, cpu_remap=cpu_remap, keep=keep,
+        cwd=cwd, select=select,
     )
 
     def progress(line: str) -> None:
-        if not options.quiet:
+        if not quiet:
             print(f"verify: {line}", file=sys.stderr, flush=True)
 
+    previous = stop_on_signals()
     try:
-        report = verify(options.script, script_args, verify_options, progress)
+        report = verify(script, list(script_args), verify_options, progress)
     except VerifyError as error:
         print(f"dplint: error: {error}", file=sys.stderr)
         return EXIT_ERROR
-    if options.output_format == "json":
+    except Interrupted as stop:
+        print(f"dplint: error: verify stopped by {stop}: every run it started was killed and its temporary "
+              "folder removed", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if output_format == "json":
         print(json.dumps(to_json(report), indent=2))
     else:
         print(render_text(report), end="")
@@ -84,6 +70,26 @@ def main(argv: list[str]) -> int:
     return report.exit_code
 
 
+def stop_on_signals() -> dict:
+    """SIGTERM, SIGHUP and SIGINT raise Interrupted in verify (its cleanup runs); a second
+    signal during the cleanup is ignored. Returns the handlers to restore."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def interrupt(number, frame):
+        for other in previous:
+            signal.signal(other, signal.SIG_IGN)
+        raise Interrupted(number)
+
+    previous = {}
+    for number in STOP_SIGNALS:
+        if signal.getsignal(number) is signal.SIG_IGN:
+            continue  # `nohup dplint verify ...`: the user asked to ignore it
+        previous[number] = signal.getsignal(number)
+        signal.signal(number, interrupt)
+    return previous
+
+
 # --------------------------------------------------------------------------- rendering
 def backend(run: RunView) -> str | None:
     groups = run.all("process-group")
@@ -91,7 +97,7 @@ def backend(run: RunView) -> str | None:
 
 
 def describe_setup(report: Report) -> str:
-    run = report.runs["original"]
+    run = report.runs[FIXED]
     device = f"CUDA ({report.gpus} GPU{'s' if report.gpus != 1 else ''})" if report.gpus else "CPU only (no CUDA)"
     if report.distributed:
         how = f"{report.nproc} ranks (torchrun --standalone --nproc-per-node {report.nproc})"
@@ -102,6 +108,10 @@ def describe_setup(report: Report) -> str:
     remap = "; cuda->cpu and nccl->gloo remapped (--cpu-remap)" if report.options.cpu_remap and not report.gpus else ""
     budget = f"budget {report.options.batches} batches x {report.options.epochs} epochs, timeout {report.options.timeout:.0f} s"
     return f"{how}, {device}{remap}; {budget}"
+
+
+def describe_remapped(report: Report) -> str:
+    return "; ".join(f"line {line} {what}" for line, what in report.remapped())
 
 
 def describe_run(run: RunView) -> str:
@@ -129,17 +139,20 @@ def render_text(report: Report) -> str:
         lines.append("no findings: nothing to verify")
         return "\n".join(lines) + "\n"
     lines.append(f"runs: {describe_setup(report)}")
-    lines.append(f"original: {describe_run(report.runs['original'])}")
-    if report.runs["fixed"] is report.runs["original"]:
-        lines.append("fixed:    no fix changes this script: the fixed copy is the original")
-    else:
-        lines.append(f"fixed:    {describe_run(report.runs['fixed'])}")
+    if report.remapped():
+        lines.append(f"remapped: {describe_remapped(report)}")
+    for label, run in report.runs.items():
+        if label == FIXED and run is report.runs.get(ORIGINAL):
+            lines.append("fixed:    no fix changes this script: the fixed copy is the original")
+        else:
+            lines.append(f"{label + ':':<9} {describe_run(run)}")
     for result in report.results:
         finding = result.finding
         lines.append("")
+        before = f" (before: {result.before})" if result.before.startswith("only") else ""
         lines.append(
             f"{finding.filename}:{finding.location.row}:{finding.location.column}: "
-            f"{finding.code} {finding.name}: {result.verdict.value}"
+            f"{finding.code} {finding.name}: {result.verdict.value}{before}"
         )
         lines.append(f"  original: {result.original}")
         lines.append(f"  fixed:    {result.fixed}")
@@ -167,6 +180,7 @@ def to_json(report: Report) -> dict:
         "cpu_remap": report.options.cpu_remap,
         "budget": {"batches": report.options.batches, "epochs": report.options.epochs, "timeout": report.options.timeout},
         "runs": runs,
+        "remapped": [{"line": line, "what": what} for line, what in report.remapped()],
         "findings": [
             {
                 "code": result.finding.code,
@@ -177,6 +191,7 @@ def to_json(report: Report) -> dict:
                 "end_location": {"row": result.finding.end_location.row, "column": result.finding.end_location.column},
                 "verdict": result.verdict.value,
                 "fix_applied": result.fix_applied,
+                "before_run": result.before,
                 "evidence": {"original": result.original, "fixed": result.fixed},
             }
             for result in report.results

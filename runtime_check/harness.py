@@ -1,24 +1,31 @@
-"""The probe harness: installs the probes and the budget, then runs a script as `__main__`.
+"""The probe harness: installs the probes, the budget and the write guard, then runs each
+variant of a script as `__main__`, one after another, in this one process.
 
-    python -m dplint.runtime_check.harness --records DIR [--batches K] [--epochs E]
-        [--cpu-remap] [--path-entry DIR] SCRIPT [-- ARGS...]
+    python -m dplint.runtime_check.harness PLAN.json
 
-Run once per process (under torchrun: once per rank). It records, as JSON lines in
-``DIR/rank<R>.jsonl``: its start (pid, before torch is imported, so the runner can always
-kill it), every script line the first time it runs, the probes' observations, and how the
-run ended. The budget: a DataLoader yields at most K batches per iteration, and the
-(E+1)-th iteration started from one script line stops the run cleanly on every rank.
+Run once per process (under torchrun: once per rank). PLAN.json (written by the runner) holds
+the budget and the variants: for each, its records folder, its script (in its own scratch
+overlay of the user's folder), working directory and arguments. For each variant it records,
+as JSON lines in ``<records>/rank<R>.jsonl``: its start (pid and wall-clock time), every script
+line the first time it runs, the probes' observations, the loops the budget cut, and how the
+variant ended. Between variants every rank tears its process group down and waits for the
+others (a barrier on torchrun's own store), so the next variant starts together.
 """
 
 from __future__ import annotations
 
-import argparse
+import faulthandler
+import json
 import os
+import signal
 import sys
+import time
+import types
 
 from dplint.runtime_check.record import Recorder
+from dplint.runtime_check.supervise import die_with_parent
 
-EXIT_SCRIPT_ERROR = 3  # the script raised; 0 means it finished or the budget stopped it
+EXIT_SCRIPT_ERROR = 3
 
 # Errors that mean "this script needs a CUDA device" rather than a bug the probes look at.
 NEEDS_CUDA_MESSAGES = (
@@ -30,99 +37,10 @@ NEEDS_CUDA_MESSAGES = (
     "NCCL is not available",
     "CUDA driver version is insufficient",
     "no CUDA-capable device",
+    "Cannot access accelerator device when none is available",
+    "Attempting to deserialize object on a CUDA device",
+    "Invalid device, must be cuda device",
 )
-
-
-class BudgetReached(BaseException):
-    """Raised from DataLoader.__iter__ when a loop has run its epochs; not an Exception, so
-    the script's `except Exception:` does not swallow it."""
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m dplint.runtime_check.harness")
-    parser.add_argument("--records", required=True)
-    parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--cpu-remap", action="store_true")
-    parser.add_argument("--path-entry", default=None, help="sys.path[0] for the script (its own folder)")
-    parser.add_argument("script")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER)
-    options = parser.parse_args(argv)
-    if options.script_args[:1] == ["--"]:
-        options.script_args = options.script_args[1:]
-    return options
-
-
-class Budget:
-    def __init__(self, recorder: Recorder, batches: int, epochs: int) -> None:
-        self.recorder = recorder
-        self.batches = batches
-        self.epochs = epochs
-        self.iterations: dict[object, int] = {}  # call site -> iterations started there
-
-    def install(self) -> None:
-        from torch.utils.data import DataLoader
-
-        original_iter = DataLoader.__iter__
-        budget = self
-
-        def __iter__(self):
-            caller = sys._getframe(1)
-            line = budget.recorder.script_line(caller)
-            # A loader iterated again from the same script line is the next epoch of one loop
-            # (tqdm and enumerate wrappers are seen through: the site is the script's line).
-            site = ("script", line) if line is not None else (caller.f_code.co_filename, caller.f_lineno)
-            done = budget.iterations.get(site, 0)
-            if done >= budget.epochs:
-                budget.recorder.emit("budget", line=line, epochs=done)
-                raise BudgetReached(f"{done} epochs ran from line {line}")
-            budget.iterations[site] = done + 1
-            budget.recorder.emit("epoch", line=line, epoch=done)
-            return LimitedIterator(original_iter(self), budget.batches)
-
-        DataLoader.__iter__ = __iter__
-
-
-def observe_process_group(recorder: Recorder) -> None:
-    """Records the backend the script's process group uses (for the report's header)."""
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        return
-    original = dist.init_process_group
-
-    def init_process_group(*args, **kwargs):
-        result = original(*args, **kwargs)
-        recorder.emit("process-group", backend=str(dist.get_backend()), world_size=dist.get_world_size())
-        return result
-
-    dist.init_process_group = init_process_group
-    dist.distributed_c10d.init_process_group = init_process_group
-
-
-class LimitedIterator:
-    """At most `limit` batches of a DataLoader iterator; everything else is the iterator's."""
-
-    def __init__(self, inner, limit: int) -> None:
-        self._inner = inner
-        self._limit = limit
-        self._yielded = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self._yielded >= self._limit:
-            raise StopIteration
-        batch = next(self._inner)
-        self._yielded += 1
-        return batch
-
-    def __len__(self) -> int:
-        return min(self._limit, len(self._inner))
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
 
 class LineTracer:
@@ -161,43 +79,65 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def main(argv: list[str] | None = None) -> int:
-    options = parse(sys.argv[1:] if argv is None else argv)
-    script = os.path.abspath(options.script)
-    recorder = Recorder(options.records, int(os.environ.get("RANK", "0")), script)
-    recorder.emit(
-        "start",
-        pid=os.getpid(),
-        pgid=os.getpgid(0),
-        world_size=int(os.environ.get("WORLD_SIZE", "1")),
-        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-    )
-    try:
-        import torch  # noqa: F401  (the probes patch it)
-    except ImportError as error:
-        recorder.emit("end", status="error", error=describe(error), line=None, needs_cuda=False)
-        return 2
+def observe_process_group(recorder: Recorder) -> None:
+    """Records the backend the script's process group uses (for the report's header)."""
+    import torch.distributed as dist
 
-    from dplint.runtime_check.probes import ProbeContext, install_all
+    if not dist.is_available():
+        return
+    original = dist.init_process_group
 
-    context = ProbeContext(recorder)
-    Budget(recorder, options.batches, options.epochs).install()
-    observe_process_group(recorder)
-    install_all(context)
-    if options.cpu_remap:
-        from dplint.runtime_check import remap
+    def init_process_group(*args, **kwargs):
+        result = original(*args, **kwargs)
+        recorder.emit("process-group", backend=str(dist.get_backend()), world_size=dist.get_world_size())
+        return result
 
-        remap.install(recorder)
+    dist.init_process_group = init_process_group
+    dist.distributed_c10d.init_process_group = init_process_group
 
-    sys.argv = [script, *options.script_args]
-    sys.path[0] = options.path_entry or os.path.dirname(script)
+
+class Barrier:
+    """All ranks meet between variants, on the store torchrun's agent serves to its workers."""
+
+    def __init__(self, world_size: int) -> None:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        self.world_size = world_size
+        self.store = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+            is_master=False, timeout=timedelta(hours=1),
+        )
+
+    def wait(self, index: int) -> None:
+        key = f"dplint-verify/variant-{index}"
+        self.store.add(key, 1)
+        while self.store.add(key, 0) < self.world_size:
+            time.sleep(0.02)
+
+
+def run_variant(variant: dict, recorder: Recorder, finder) -> tuple[str, int, str | None, int | None]:
+    """Runs one variant's script as `__main__`; returns (status, exit code, error, line)."""
+    from dplint.runtime_check.budget import BudgetReached, compile_with_budget
+
+    script = variant["script"]
+    os.chdir(variant["cwd"])
+    sys.argv = [script, *variant["args"]]
+    finder.root = os.path.join(variant["root"], "")
+    module = types.ModuleType("__main__")
+    module.__file__ = script
+    module.__builtins__ = __builtins__
+    saved_main = sys.modules.get("__main__")
+    sys.modules["__main__"] = module  # pickle finds the script's classes here
+    sys.path.insert(0, variant["path_entry"])
     tracer = LineTracer(recorder)
     status, code, error, line = "finished", 0, None, None
-    sys.settrace(tracer.global_trace)
     try:
-        import runpy
-
-        runpy.run_path(script, run_name="__main__")
+        with open(script, "rb") as handle:
+            compiled = compile_with_budget(handle.read(), script)
+        sys.settrace(tracer.global_trace)
+        exec(compiled, module.__dict__)
     except BudgetReached:
         status = "budget"
     except SystemExit as stop:
@@ -207,11 +147,22 @@ def main(argv: list[str] | None = None) -> int:
         status, code, error, line = "error", EXIT_SCRIPT_ERROR, describe(caught), error_line(recorder, caught)
     finally:
         sys.settrace(None)
-    finish(recorder, status, error, line, stop_process_group=status in ("finished", "budget"))
-    return code
+        sys.modules["__main__"] = saved_main
+        if variant["path_entry"] in sys.path:
+            sys.path.remove(variant["path_entry"])
+    return status, code, error, line
 
 
-def finish(recorder: Recorder, status: str, error, line, stop_process_group: bool) -> None:
+def forget_project_modules(root: str) -> None:
+    """The next variant imports the user's modules afresh, from its own overlay."""
+    prefix = os.path.join(root, "")
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None) or ""
+        if origin.startswith(prefix):
+            del sys.modules[name]
+
+
+def finish(recorder: Recorder, status: str, error, line) -> None:
     import torch
 
     recorder.muted = True  # these queries are verify's, not the script's
@@ -224,16 +175,103 @@ def finish(recorder: Recorder, status: str, error, line, stop_process_group: boo
     facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     recorder.muted = False
     needs_cuda = error is not None and any(message in error for message in NEEDS_CUDA_MESSAGES)
-    recorder.emit("end", status=status, error=error, line=line, needs_cuda=needs_cuda, **facts)
-    if stop_process_group:
-        try:
-            import torch.distributed as dist
+    recorder.emit("end", status=status, error=error, line=line, needs_cuda=needs_cuda, wall=time.time(), **facts)
+    try:
+        import torch.distributed as dist
 
-            if dist.is_available() and dist.is_initialized():
-                dist.destroy_process_group()  # the clean stop: every rank reaches it together
-        except Exception:
-            pass
+        if dist.is_available() and dist.is_initialized():
+            # the clean stop; after a crash it also closes the links a peer waits on, so that
+            # peer's collective fails instead of hanging and every rank reaches the barrier
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+def warm_up() -> None:
+    """torch imports much lazily (the first optimizer pulls in torch._dynamo, seconds); done
+    here, before the line tracer is on, it costs the run a third of the time."""
+    import torch
+
+    try:
+        parameter = torch.zeros(1, requires_grad=True)
+        optimizer = torch.optim.SGD([parameter], lr=0.1)
+        parameter.sum().backward()
+        optimizer.step()
+    except Exception:
+        pass
+
+
+def fresh_group_names(variant: int) -> None:
+    """The next variant's default process group gets a name of its own: torch names it by a
+    counter that its destruction resets, and the same name would meet the previous group's
+    keys (and addresses) still in torchrun's store."""
+    try:
+        from torch.distributed import distributed_c10d
+
+        distributed_c10d._world.group_count = 1000 * variant
+    except (ImportError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # the launcher (or verify) died: so does this rank
+    if hasattr(faulthandler, "register"):
+        faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: where a stuck run is, in the log
+    with open((sys.argv[1:] if argv is None else argv)[0], encoding="utf-8") as handle:
+        plan = json.load(handle)
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    variants = plan["variants"]
+    recorder = Recorder(variants[0]["records"], rank, variants[0]["script"])
+    recorder.emit("start", pid=os.getpid(), pgid=os.getpgid(0), wall=time.time(), world_size=world_size,
+                  local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        import torch  # noqa: F401  (the probes patch it)
+    except ImportError as error:
+        recorder.emit("end", status="error", error=describe(error), line=None, needs_cuda=False, wall=time.time())
+        return 2
+
+    from dplint.runtime_check import overlay
+    from dplint.runtime_check.budget import Budget, ProjectFinder
+    from dplint.runtime_check.probes import ProbeContext, install_all
+
+    warm_up()
+    context = ProbeContext(recorder)
+    budget = Budget(recorder, plan["batches"], plan["epochs"])
+    budget.install()
+    observe_process_group(recorder)
+    install_all(context)
+    if plan["cpu_remap"]:
+        from dplint.runtime_check import remap
+
+        remap.install(recorder, plan.get("nproc") or 1)
+    finder = ProjectFinder(variants[0]["root"])
+    sys.meta_path.insert(0, finder)
+    guard = overlay.WriteGuard(recorder)
+    guard.install()
+    barrier = Barrier(world_size) if world_size > 1 and "MASTER_PORT" in os.environ else None
+    environ = dict(os.environ)
+    for index, variant in enumerate(variants):
+        if index:
+            if barrier is not None:
+                barrier.wait(index)
+            recorder.switch(variant["records"], variant["script"])
+            recorder.emit("start", pid=os.getpid(), pgid=os.getpgid(0), wall=time.time(), world_size=world_size,
+                          local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+            if dict(os.environ) != environ:  # a variant's CUDA_VISIBLE_DEVICES is not the next one's
+                recorder.muted = True
+                os.environ.clear()
+                os.environ.update(environ)
+                recorder.muted = False
+            forget_project_modules(variants[index - 1]["root"])
+            context.reset()
+            budget.next_variant()
+        guard.root, guard.real_root, guard.workdir = variant["root"], plan["real_root"], plan["workdir"]
+        status, _, error, line = run_variant(variant, recorder, finder)
+        finish(recorder, status, error, line)
+        fresh_group_names(index + 1)
     recorder.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -22,14 +22,22 @@ class Recorder:
 
     def __init__(self, directory: str, rank: int, script: str) -> None:
         self.rank = rank
-        self.script = script
-        self.path = os.path.join(directory, f"rank{rank}.jsonl")
-        self._file = open(self.path, "a", encoding="utf-8", buffering=1)
         self._lock = threading.Lock()
-        self._start = time.monotonic()
-        self._seq = 0
-        self._counts: dict[str, int] = {}
+        self._file = None
         self.muted = False  # set while the harness itself calls torch (its own queries are not the script's)
+        self.switch(directory, script)
+
+    def switch(self, directory: str, script: str) -> None:
+        """Record the next variant (another script, another records folder), counting afresh."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+            self.script = script
+            self.path = os.path.join(directory, f"rank{self.rank}.jsonl")
+            self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+            self._start = time.monotonic()
+            self._seq = 0
+            self._counts: dict[str, int] = {}
 
     def emit(self, kind: str, **fields) -> None:
         if self.muted:

@@ -1,15 +1,23 @@
-"""`dplint verify`: lint, fix a copy, run both under the probe harness, judge each finding.
+"""`dplint verify`: lint, build one variant of the script per finding, run them under the
+probe harness, judge each finding.
 
-This side never imports torch: the runs are subprocesses (torch's own launcher for
-distributed scripts), each in its own session, killed as a whole at the timeout; every
-process they start carries a token in its environment, and whatever still carries it when
-a run ends is killed, so nothing outlives `verify`.
+One finding at a time: the "before" variant of a finding has only that bug (every other fix
+applied), the "after" variant has every fix. Identical variants run once (a finding without
+an automatic fix has the fixed copy as its "before"), and all variants run one after another
+in one process (one torchrun launch for a distributed script: torch is imported once), each
+in its own scratch overlay of the user's folder (`overlay.py`) and with its own timeout; when a
+variant kills its process, the ones not run yet go on in a new one.
+
+This side never imports torch. Nothing outlives `verify` (see `supervise.py`): every run
+carries the session's token, the launcher and the ranks die with their parent, and a reaper
+kills what is left and removes the temporary folder however `verify` ends.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -23,33 +31,46 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from dplint.rule import Finding
+from dplint.runtime_check import supervise
 from dplint.runtime_check.lines import LineMap, statement_lines
+from dplint.runtime_check.overlay import Snapshot, mirror
 from dplint.runtime_check.probes import probe_modules
 from dplint.runtime_check.record import Tail, read_events
 from dplint.runtime_check.verdicts import NO_FIX, Case, Judgement, RunView, Verdict
 
-TOKEN_VARIABLE = "DPLINT_VERIFY_TOKEN"
+TOKEN_VARIABLE = supervise.TOKEN_VARIABLE
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 # A script that starts its own ranks is run as one process, not under torchrun.
 SELF_SPAWNING = {
     "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
     "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes",
 }
+ORIGINAL, FIXED = "original", "fixed"
 
 
 class VerifyError(Exception):
     """verify cannot do its job (unreadable script, no torch ...); one line for the user."""
 
 
+class Interrupted(BaseException):
+    """verify got SIGTERM, SIGHUP or SIGINT: its `finally` blocks stop the runs and clean up."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 @dataclass
 class VerifyOptions:
     nproc: Optional[int] = None  # ranks for a distributed script (default: 2, or the GPUs up to 2)
-    batches: int = 3  # per DataLoader iteration
-    epochs: int = 2  # iterations started from one script line
-    timeout: float = 120.0  # seconds per run
+    batches: int = 3  # batches per loop iteration budget
+    epochs: int = 2  # epoch iterations per loop
+    timeout: float = 120.0  # seconds per variant
     cpu_remap: bool = False  # map cuda->cpu and nccl->gloo when there is no CUDA
-    keep: bool = False  # keep the temporary folder (fixed copy, records, logs)
+    keep: bool = False  # keep the temporary folder (variants, records, logs)
     always_run: bool = False  # run even when there is no finding (tests use the observations)
+    cwd: Optional[str] = None  # working directory of the runs (default: the script's folder)
+    select: Optional[frozenset] = None  # verify only these codes (every fix is still applied)
 
 
 @dataclass
@@ -59,6 +80,7 @@ class FindingResult:
     original: str
     fixed: str
     fix_applied: bool
+    before: str = ORIGINAL  # the label of the run the "original" evidence comes from
 
 
 @dataclass
@@ -69,27 +91,46 @@ class Report:
     gpus: int = 0
     options: VerifyOptions = field(default_factory=VerifyOptions)
     results: list[FindingResult] = field(default_factory=list)
-    runs: dict[str, RunView] = field(default_factory=dict)
+    runs: dict[str, RunView] = field(default_factory=dict)  # label -> run ("fixed": every fix)
     errors: list[str] = field(default_factory=list)
     fixed_text: str = ""
+    texts: dict[str, str] = field(default_factory=dict)  # label -> the variant's source
     workdir: Optional[str] = None  # kept only with --keep
 
     @property
     def exit_code(self) -> int:
         if self.errors:
             return 2
-        if any(result.verdict is Verdict.FIX_FAILED for result in self.results):
+        if any(result.verdict in (Verdict.FIX_FAILED, Verdict.NOT_REACHED) for result in self.results):
             return 1
         return 0
+
+    def remapped(self) -> list[tuple[int, str]]:
+        """(line, what) the CPU remap changed in the original script, in line order."""
+        found = set()
+        for label, run in self.runs.items():
+            if label == FIXED and any(other != FIXED for other in self.runs):
+                continue  # the fixed copy's lines are numbered differently
+            found.update((event["line"], event["what"]) for event in run.all("remapped"))
+        return sorted(found)
 
 
 Progress = Callable[[str], None]
 
 
+@dataclass
+class Variant:
+    label: str
+    text: str
+    index: int = 0
+    folder: str = ""
+    view: Optional[RunView] = None
+
+
 def verify(script: str, script_args: list[str], options: VerifyOptions, progress: Optional[Progress] = None) -> Report:
     import libcst as cst
 
-    from dplint.engine import fix_source, lint_source, rules_for
+    from dplint.engine import apply_edits, fix_is_wanted, fix_source, lint_source, rules_for
     from dplint.registry import selected_codes
     from dplint.source import SourceError, read_source
 
@@ -102,34 +143,94 @@ def verify(script: str, script_args: list[str], options: VerifyOptions, progress
         cst.parse_module(text)
     except cst.ParserSyntaxError as error:
         raise VerifyError(f"{script}: cannot parse: {' '.join(error.message.split())}") from None
+    cwd = os.path.abspath(options.cwd or os.path.dirname(os.path.abspath(script)))
+    if not os.path.isdir(cwd):
+        raise VerifyError(f"--cwd {options.cwd}: not a folder")
     rules = rules_for(selected_codes())
     linted = lint_source(text, script, rules)
     fixed = fix_source(text, script, rules, unsafe=True)
     report = Report(script, is_distributed(text), options=options, fixed_text=fixed.text)
     report.errors.extend(dict.fromkeys([*linted.errors, *fixed.errors]))
-    if not linted.findings and not options.always_run:
+    chosen = [f for f in linted.findings if options.select is None or f.code in options.select]
+    if not chosen and not options.always_run:
         return report
+
+    # one "before" variant per finding: only its bug left, every other fix applied
+    variants: dict[str, Variant] = {}
+
+    def variant_for(variant_text: str, label: str) -> str:
+        for existing in variants.values():
+            if existing.text == variant_text:
+                return existing.label
+        variants[label] = Variant(label, variant_text, len(variants))
+        return label
+
+    wanted = [f for f in linted.findings if fix_is_wanted(f, unsafe=True)]
+    before: dict[int, str] = {}
+    for finding in chosen:
+        if not any(f is finding for f in wanted):
+            before[id(finding)] = variant_for(fixed.text, FIXED if fixed.text != text else ORIGINAL)
+            continue
+        only, _ = apply_edits(text, [f for f in wanted if f is not finding])
+        try:
+            cst.parse_module(only)
+        except Exception:
+            only = text  # the other fixes do not apply without this one: all the bugs stay
+        label = ORIGINAL if only == text else f"only {finding.code} line {finding.location.row}"
+        before[id(finding)] = variant_for(only, label)
+    variant_for(text, ORIGINAL)  # every bug: for findings that show only with another's bug
+    variant_for(fixed.text, FIXED if fixed.text != text else ORIGINAL)
 
     report.gpus = visible_gpus()
     if report.distributed:
         report.nproc = options.nproc or (min(2, report.gpus) if report.gpus else 2)
+    root = project_root(script, cwd)
+    session = uuid.uuid4().hex
+    reaper = None
     workdir = tempfile.mkdtemp(prefix="dplint-verify-")
     try:
-        versions = {"original": text}
-        if fixed.text != text:
-            versions["fixed"] = fixed.text
-        runs = run_versions(script, script_args, versions, report, workdir, progress)
-        report.runs = {"original": runs["original"], "fixed": runs.get("fixed", runs["original"])}
-        for label, run in runs.items():
-            if not run.events:
-                report.errors.append(f"the {label} run did not start: {run.log_tail or 'no output'}")
-        report.results = judge_all(text, fixed.text, linted.findings, fixed.remaining.findings, report)
+        # the reaper first: from here on the folder goes and the runs die however verify ends
+        reaper = supervise.start_reaper(session, "" if options.keep else workdir)
+        snapshot = Snapshot(root, skip=workdir)
+        run_variants(script, script_args, list(variants.values()), report, workdir, root, cwd, session, progress)
+        report.texts = {v.label: v.text for v in variants.values()}
+        # every run but the fixed one in the original's line numbers (the fixed run's evidence
+        # is in the fixed copy's, as `dplint fix` would write it)
+        report.runs = {
+            v.label: v.view if v.label == FIXED else renumbered(v.view, v.text, text) for v in variants.values()
+        }
+        if FIXED not in report.runs:
+            report.runs[FIXED] = report.runs[ORIGINAL]
+        for variant in variants.values():
+            if not variant.view.events:
+                report.errors.append(f"the {variant.label} run did not start: {variant.view.log_tail or 'no output'}")
+        changed = snapshot.changes()
+        if changed:
+            report.errors.append(
+                f"the script's folder changed during verify (not by verify's overlay): {', '.join(changed[:5])}"
+                + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            )
+        report.results = judge_all(text, fixed.text, chosen, fixed.remaining.findings, report, before)
     finally:
         if options.keep:
             report.workdir = workdir
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+        if reaper is not None:
+            reaper.stdin.close()  # the reaper checks once more, then exits
+            try:
+                reaper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
     return report
+
+
+def project_root(script: str, cwd: str) -> str:
+    """The folder the overlay mirrors: the script's folder and the working directory share it."""
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(script)), cwd])
+    if root == os.path.dirname(root):
+        raise VerifyError(f"--cwd {cwd} and {script} share no folder but the file system's root")
+    return root
 
 
 def is_distributed(text: str) -> bool:
@@ -170,131 +271,169 @@ def visible_gpus() -> int:
 
 
 # ------------------------------------------------------------------------------ runs
-@dataclass
-class _Run:
-    label: str
-    command: list[str]
-    cwd: str
-    records: str
-    log: str
-    token: str
-    process: Optional[subprocess.Popen] = None
-    started: float = 0.0
-    ended: Optional[float] = None
-    timed_out: bool = False
+def prepare(variant: Variant, script: str, root: str, cwd: str, workdir: str) -> dict:
+    """The variant's overlay, records folder and plan entry."""
+    variant.folder = os.path.join(workdir, f"v{variant.index}")
+    overlay_root = os.path.join(variant.folder, "root")
+    mirror(root, overlay_root, skip=workdir)
+    path = os.path.join(overlay_root, os.path.relpath(os.path.abspath(script), root))
+    if os.path.lexists(path):
+        os.unlink(path)
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write(variant.text)
+    records = os.path.join(variant.folder, "records")
+    os.makedirs(records)
+    return {
+        "label": variant.label, "records": records, "script": path, "root": overlay_root,
+        "cwd": os.path.join(overlay_root, os.path.relpath(cwd, root)), "path_entry": os.path.dirname(path),
+    }
 
 
-def run_versions(script: str, script_args: list[str], versions: dict[str, str], report: Report,
-                 workdir: str, progress: Progress) -> dict[str, RunView]:
+def run_variants(script: str, script_args: list[str], variants: list[Variant], report: Report, workdir: str,
+                 root: str, cwd: str, session: str, progress: Progress) -> None:
+    """Runs every variant (in as few processes as they allow) and sets each one's view."""
     options = report.options
-    name = os.path.basename(script)
-    runs: list[_Run] = []
-    for label, text in versions.items():
-        folder = os.path.join(workdir, label)
-        records, cwd = os.path.join(folder, "records"), os.path.join(folder, "cwd")
-        os.makedirs(records)
-        os.makedirs(cwd)
-        if label == "original":
-            path = os.path.abspath(script)
-        else:
-            path = os.path.join(folder, name)
-            with open(path, "w", encoding="utf-8", newline="") as handle:
-                handle.write(text)
-        harness = [
-            "-m", "dplint.runtime_check.harness", "--records", records,
-            "--batches", str(options.batches), "--epochs", str(options.epochs),
-            "--path-entry", os.path.dirname(os.path.abspath(script)),
-            *(["--cpu-remap"] if options.cpu_remap else []),
-            path, "--", *script_args,
-        ]
+    entries = {v.label: dict(prepare(v, script, root, cwd, workdir), args=list(script_args)) for v in variants}
+    pending = list(variants)
+    begin = time.monotonic()
+    batch_number = 0
+    while pending:
+        batch_number += 1
+        batch = Batch(batch_number, pending, entries, report, workdir, session, root)
+        finished = batch.run(begin, progress)
+        started = [v for v in pending if v.view is not None]
+        pending = [v for v in pending if v.view is None]
+        if not started or finished:
+            for variant in pending:  # the process died before they could start
+                variant.view = RunView(variant.label, {}, log_tail=batch.log_tail, returncode=batch.returncode)
+            pending = []
+
+
+class Batch:
+    """One process (or one torchrun launch) running variants in turn."""
+
+    def __init__(self, number: int, variants: list[Variant], entries: dict, report: Report, workdir: str,
+                 session: str, real_root: str) -> None:
+        self.variants = variants
+        self.report = report
+        self.options = report.options
+        self.token = f"{session}-{number}"
+        self.log = os.path.join(workdir, f"batch{number}.log")
+        self.tmp = os.path.join(workdir, "tmp")
+        os.makedirs(self.tmp, exist_ok=True)
+        plan_path = os.path.join(workdir, f"batch{number}.json")
+        plan = {
+            "real_root": real_root, "workdir": workdir,
+            "batches": self.options.batches, "epochs": self.options.epochs, "cpu_remap": self.options.cpu_remap,
+            "nproc": report.nproc if report.distributed else (self.options.nproc or 2),
+            "variants": [entries[v.label] for v in variants],
+        }
+        with open(plan_path, "w", encoding="utf-8") as handle:
+            json.dump(plan, handle)
+        harness = ["-m", "dplint.runtime_check.harness", plan_path]
         if report.distributed:
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                        "--nproc-per-node", str(report.nproc), *harness]
         else:
             command = [sys.executable, *harness]
-        runs.append(_Run(label, command, cwd, records, os.path.join(folder, "output.log"), uuid.uuid4().hex))
+        self.command = supervise.guarded(command)
+        self.cwd = entries[variants[0].label]["cwd"]
+        self.records = [entries[v.label]["records"] for v in variants]
+        self.process: Optional[subprocess.Popen] = None
+        self.returncode: Optional[int] = None
+        self.log_tail = ""
 
-    begin = time.monotonic()
-    tails = {run.label: Tail(run.records) for run in runs}
-    said: set = set()  # progress said once per run, rank and subject
-    try:
-        for run in runs:
-            start(run)
-            ranks = f"{report.nproc} ranks via torchrun" if report.distributed else "1 process"
-            progress(f"[{time.monotonic() - begin:5.1f}s] {run.label}: started ({ranks})")
-        while any(run.ended is None for run in runs):
-            time.sleep(0.2)
-            now = time.monotonic()
-            for run in runs:
-                for rank, event in tails[run.label].new_events():
-                    where = None if event["kind"] == "line" else (event.get("line"), event.get("epoch"))
-                    subject = (run.label, rank, event["kind"], where)
-                    line = describe_progress(event)
-                    if line and subject not in said:
-                        said.add(subject)
-                        progress(f"[{now - begin:5.1f}s] {run.label} rank {rank}: {line}")
-                if run.ended is not None:
-                    continue
-                if run.process.poll() is not None:
-                    run.ended = now
-                    kill(run)  # whatever it left behind
-                elif now - run.started > options.timeout:
-                    run.timed_out, run.ended = True, now
-                    kill(run)
-                    progress(f"[{now - begin:5.1f}s] {run.label}: killed after the {options.timeout:.0f} s timeout")
-    finally:
-        for run in runs:
-            kill(run)
-    views = {}
-    for run in runs:
-        views[run.label] = RunView(
-            run.label, read_events(run.records), wall=(run.ended or time.monotonic()) - run.started,
-            timed_out=run.timed_out, returncode=run.process.returncode if run.process else None,
-            log_tail=log_tail(run.log),
-        )
-        progress(f"[{time.monotonic() - begin:5.1f}s] {run.label}: {views[run.label].stop_reason()}")
-    return views
+    def start(self) -> None:
+        env = dict(os.environ)
+        for variable in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(variable, None)  # verify itself may run under a launcher; the runs must not inherit it
+        env[TOKEN_VARIABLE] = self.token
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the user's folders
+        # torchrun's torchelastic_* folders, torch's caches, the script's own temporary files:
+        # in verify's folder, so that they go with it even when a run is killed
+        env["TMPDIR"] = self.tmp
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
 
-
-def start(run: _Run) -> None:
-    env = dict(os.environ)
-    for variable in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(variable, None)  # verify itself may run under a launcher; the runs must not inherit it
-    env[TOKEN_VARIABLE] = run.token
-    env["PYTHONUNBUFFERED"] = "1"
-    with open(run.log, "wb") as log:
-        run.process = subprocess.Popen(
-            run.command, cwd=run.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    run.started = time.monotonic()
-
-
-def kill(run: _Run) -> None:
-    """Kill the run's process group, the groups its ranks made (torchrun starts each rank in
-    its own session), and any process still carrying the run's token."""
-    if run.process is not None:
-        _kill_group(run.process.pid)
+    def run(self, begin: float, progress: Progress) -> bool:
+        """Runs until every variant ended or the process died; True when it ran them all."""
+        tails = [Tail(records) for records in self.records]
+        said: set = set()
+        ranks = f"{self.report.nproc} ranks via torchrun" if self.report.distributed else "1 process"
+        timed_out_at: Optional[int] = None
+        current, current_since = 0, time.monotonic()
+        expected = self.report.nproc if self.report.distributed else 1
+        ends = [set() for _ in self.variants]  # ranks that ended each variant
+        all_ended = False
         try:
-            run.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-    if not os.path.isdir("/proc"):  # without /proc the ranks' own sessions are the fallback
-        for events in read_events(run.records).values():
-            for event in events:
-                if event["kind"] == "start":
-                    _kill_group(event["pgid"])
-    marker = f"{TOKEN_VARIABLE}={run.token}".encode()
-    for _ in range(50):
-        pids = tagged_processes(marker)
-        if not pids:
-            return
-        for pid in pids:
+            self.start()
+            names = ", ".join(v.label for v in self.variants)
+            progress(f"[{time.monotonic() - begin:5.1f}s] started ({ranks}): {names}")
+            while self.process.poll() is None:
+                time.sleep(0.1)
+                now = time.monotonic()
+                for index, tail in enumerate(tails):
+                    for rank, event in tail.new_events():
+                        if event["kind"] == "end":
+                            ends[index].add(rank)
+                        if index > current:
+                            current, current_since = index, now
+                        where = None if event["kind"] == "line" else (event.get("line"), event.get("epoch"))
+                        subject = (index, rank, event["kind"], where)
+                        line = describe_progress(event)
+                        if line and subject not in said:
+                            said.add(subject)
+                            progress(f"[{now - begin:5.1f}s] {self.variants[index].label} rank {rank}: {line}")
+                if all(len(ended) >= expected for ended in ends):
+                    all_ended = True
+                    break  # every variant ended on every rank: what is left is the process's exit
+                if now - current_since > self.options.timeout:
+                    timed_out_at = current
+                    progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: "
+                             f"killed after the {self.options.timeout:.0f} s timeout")
+                    break
+        finally:
+            self.kill()
+        self.returncode = 0 if all_ended else (self.process.returncode if self.process else None)
+        self.log_tail = log_tail(self.log)
+        all_ran = True
+        for index, variant in enumerate(self.variants):
+            events = read_events(self.records[index])
+            if not events:
+                all_ran = False
+                continue  # not started: the next batch runs it
+            view = RunView(variant.label, events, timed_out=index == timed_out_at,
+                           returncode=self.returncode, log_tail=self.log_tail)
+            starts = [e["wall"] for evs in events.values() for e in evs if e["kind"] == "start" and "wall" in e]
+            ends = [e["wall"] for evs in events.values() for e in evs if e["kind"] == "end" and "wall" in e]
+            if index == timed_out_at:
+                view.wall = self.options.timeout
+            elif starts:
+                view.wall = (max(ends) if ends else time.time()) - min(starts)
+            variant.view = view
+            progress(f"[{time.monotonic() - begin:5.1f}s] {variant.label}: {view.stop_reason()}")
+        return all_ran
+
+    def kill(self) -> None:
+        """Kill the batch's process group, the groups its ranks made (torchrun starts each rank
+        in its own session), and any process still carrying the batch's token."""
+        if self.process is not None:
+            _kill_group(self.process.pid)
             try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
                 pass
-        time.sleep(0.05)
+        if not os.path.isdir("/proc"):  # without /proc the ranks' own sessions are the fallback
+            for records in self.records:
+                for events in read_events(records).values():
+                    for event in events:
+                        if event["kind"] == "start":
+                            _kill_group(event["pgid"])
+        supervise.kill_tagged(self.token)
 
 
 def _kill_group(pgid: int) -> None:
@@ -306,23 +445,6 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def tagged_processes(marker: bytes) -> list[int]:
-    """Live processes whose environment holds the marker (Linux /proc; empty elsewhere)."""
-    found = []
-    if not os.path.isdir("/proc"):
-        return found
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                if marker in handle.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
 def describe_progress(event: dict) -> Optional[str]:
     kind = event["kind"]
     if kind == "line":
@@ -331,13 +453,13 @@ def describe_progress(event: dict) -> Optional[str]:
         return f"process group up ({event['backend']}, {event['world_size']} ranks)"
     if kind == "epoch":
         return f"epoch {event['epoch'] + 1} of the loop at line {event['line']}"
-    if kind == "start":
-        return None
     if kind == "recovered":
         where = f" at line {event['line']}" if event.get("line") else ""
         return f"recorded {event['error'][:120]}{where} and went on"
+    if kind == "loop-cut":
+        return f"budget reached: ended the loop at line {event['line']} and went on after it"
     if kind == "budget":
-        return f"budget reached ({event['epochs']} epochs at line {event['line']}): stopping"
+        return f"budget reached ({event['epochs']} passes from line {event['line']}): stopping"
     if kind == "end":
         return {"finished": "finished", "budget": "stopped by the budget", "exit": "exited"}.get(
             event["status"], f"raised {event.get('error')}"
@@ -355,36 +477,82 @@ def log_tail(path: str, lines: int = 8) -> str:
 
 
 # ---------------------------------------------------------------------------- judging
-def judge_all(text: str, fixed_text: str, findings: list[Finding], remaining: list[Finding], report: Report) -> list[FindingResult]:
+def judge_all(text: str, fixed_text: str, findings: list[Finding], remaining: list[Finding], report: Report,
+              before: Optional[dict[int, str]] = None) -> list[FindingResult]:
+    """A verdict per finding, from its "before" run (only its bug) and the fixed run. A finding
+    whose effect needs another finding's bug (a load of the `module.` checkpoint that the
+    save's fix no longer writes) does not show alone: it is judged on the run with every bug."""
     line_map = LineMap(text, fixed_text)
-    original, fixed = report.runs["original"], report.runs["fixed"]
+    fixed = report.runs[FIXED]
+    in_original_numbering: dict[str, RunView] = {}
     results = []
     for finding in findings:
-        original_lines = statement_lines(text, finding.location.row, finding.end_location.row)
-        fixed_lines = line_map.lines(original_lines)
+        flagged = statement_lines(text, finding.location.row, finding.end_location.row)
+        fixed_lines = line_map.lines(flagged)
         fix_applied = fixed_text != text and not any(
             other.code == finding.code and other.location.row in fixed_lines for other in remaining
         )
-        case = Case(finding, original, fixed, original_lines, fixed_lines, fix_applied, report.gpus)
-        judgement = judge_one(case)
+        label = (before or {}).get(id(finding), ORIGINAL)
+        labels = [label] + ([ORIGINAL] if label != ORIGINAL and ORIGINAL in report.runs else [])
+        for attempt, run_label in enumerate(labels):
+            if run_label not in in_original_numbering:
+                view = report.runs[run_label]
+                if run_label == FIXED:
+                    view = renumbered(view, fixed_text, text)
+                in_original_numbering[run_label] = view
+            case = Case(finding, in_original_numbering[run_label], fixed, flagged, fixed_lines, fix_applied, report.gpus)
+            judgement = judge_one(case, report)
+            if attempt == 0:
+                alone = judgement
+            elif judgement.verdict in (Verdict.CONFIRMED, Verdict.FIX_FAILED):
+                judgement.original += f"; alone (every other fix applied) it does not show: {alone.original}"
+                label = ORIGINAL
+                break
+            if judgement.verdict not in (Verdict.NOT_REPRODUCED, Verdict.NOT_REACHED):
+                break
+        else:
+            judgement = alone
         if not fix_applied and not judgement.fixed.startswith(NO_FIX):
             judgement.fixed = f"{NO_FIX}; {judgement.fixed}"
-        results.append(FindingResult(finding, judgement.verdict, judgement.original, judgement.fixed, fix_applied))
+        results.append(FindingResult(finding, judgement.verdict, judgement.original, judgement.fixed, fix_applied, label))
     return results
 
 
-def judge_one(case: Case) -> Judgement:
+LINE_FIELDS = ("line", "end_line", "created_at")
+
+
+def renumbered(run: RunView, run_text: str, text: str) -> RunView:
+    """The run with its events' line numbers in the original script's numbering (a variant's
+    other fixes may add or remove lines above the finding)."""
+    if run_text == text:
+        return run
+    back = LineMap(run_text, text)
+
+    def line(row):
+        if not isinstance(row, int):
+            return row
+        mapped = back.line(row)
+        return mapped.start if mapped else row
+
+    events = {
+        rank: [dict(event, **{key: line(event[key]) for key in LINE_FIELDS if key in event}) for event in evs]
+        for rank, evs in run.events.items()
+    }
+    return RunView(run.label, events, wall=run.wall, timed_out=run.timed_out, returncode=run.returncode,
+                   log_tail=run.log_tail)
+
+
+def judge_one(case: Case, report: Optional[Report] = None) -> Judgement:
     original, fixed = case.original, case.fixed
     first = case.original_lines.start
+    cpu_remap = bool(report and report.options.cpu_remap)
     if not original.executed(case.original_lines):
         fixed_text = _reach(fixed, case.fixed_lines)
         if original.needs_cuda:
-            return Judgement(
-                Verdict.NEEDS_GPU,
-                f"line {first} never ran: {original.stop_reason()}; rerun on a GPU or with --cpu-remap",
-                fixed_text,
-            )
-        return Judgement(Verdict.NOT_REACHED, f"line {first} never ran: {original.stop_reason()}", fixed_text)
+            hint = "rerun on a GPU" if cpu_remap else "rerun with --cpu-remap (or on a GPU)"
+            return Judgement(Verdict.NEEDS_GPU, f"line {first} never ran: {original.stop_reason()}; {hint}", fixed_text)
+        return Judgement(Verdict.NOT_REACHED, f"line {first} never ran: {not_reached_reason(original, first, report)}",
+                         fixed_text)
     new_crash = fixed.error is not None and (original.error is None or original.error["error"] != fixed.error["error"])
     if case.fix_applied and case.fixed_lines and not fixed.executed(case.fixed_lines) and new_crash:
         return Judgement(Verdict.FIX_FAILED, f"line {first} ran", _reach(fixed, case.fixed_lines))
@@ -395,7 +563,41 @@ def judge_one(case: Case) -> Judgement:
             f"line {first} ran; dplint has no runtime probe for {case.finding.code} yet",
             _reach(fixed, case.fixed_lines),
         )
-    return probe.judge(case)
+    judgement = probe.judge(case)
+    if judgement.verdict is Verdict.NOT_REACHED:
+        judgement.original += f" ({hint_after_loops(original, first, report) or original.stop_reason()})"
+    return judgement
+
+
+def not_reached_reason(run: RunView, line: int, report: Optional[Report]) -> str:
+    """Why the run did not reach a line, and what would reach it."""
+    reason = run.stop_reason()
+    options = report.options if report else VerifyOptions()
+    if run.timed_out:
+        return f"{reason}; a longer --timeout (now {options.timeout:.0f} s) would reach it"
+    error = run.error
+    if error is not None:
+        message = error["error"] or ""
+        if message.startswith(("FileNotFoundError", "IsADirectoryError", "NotADirectoryError")):
+            return (f"{reason}; a path the script reads is missing where it ran: pass the script's arguments "
+                    "after --, or run it from the folder it expects (--cwd DIR)")
+        if "CUDA" in message or "cuda" in message or "nccl" in message.lower():
+            return f"{reason}; rerun with --cpu-remap (or on a GPU)"
+        return f"{reason}; the script's own error stops it before this line (its arguments after -- may avoid it)"
+    return hint_after_loops(run, line, report) or (
+        f"{reason} without taking the branch that holds it; the script's arguments (after --) may select it"
+    )
+
+
+def hint_after_loops(run: RunView, line: int, report: Optional[Report]) -> Optional[str]:
+    options = report.options if report else VerifyOptions()
+    for cut in run.all("loop-cut"):
+        if cut["line"] <= line <= cut.get("end_line", cut["line"]):
+            flag = "--epochs" if cut["by"] == "epochs" else "--batches"
+            count = options.epochs if cut["by"] == "epochs" else options.batches
+            return (f"the budget ended the loop at line {cut['line']} after {count} {cut['by']}, and this line runs "
+                    f"only in a later iteration: a larger {flag} would reach it")
+    return None
 
 
 def _reach(run: RunView, lines: range) -> str:

@@ -307,6 +307,70 @@ def test_strict_false_load_positions_and_display_only_fix():
     assert fix(code) == code
 
 
+@pytest.mark.parametrize(
+    "before",
+    [
+        "missing = set(net.state_dict()) - set(sd)\nprint(missing)\n",
+        "own = net.state_dict()\nprint([k for k in sd if k not in own])\n",
+        "own = net.state_dict().keys()\nassert all(k in own for k in sd)\n",
+    ],
+)
+def test_strict_false_load_silent_when_keys_were_compared_first(before):
+    code = "import torch\nsd = torch.load('a.pt')\n" + before + "net.load_state_dict(sd, strict=False)\n"
+    assert found(code, ["DPL005"]) == []
+
+
+def test_strict_false_load_silent_for_a_dict_built_from_the_model():
+    code = (
+        "import torch\n"
+        "def load(model, path):\n"
+        "    pretrained = torch.load(path)['model']\n"
+        "    own = model.state_dict()\n"
+        "    own.update({k: v for k, v in pretrained.items() if k in own})\n"
+        "    model.load_state_dict(own, strict=False)\n"
+        "    model.load_state_dict({k: v for k, v in pretrained.items() if k in model.state_dict()}, strict=False)\n"
+    )
+    assert found(code, ["DPL005"]) == []
+    # Another model's keys prove nothing about this one.
+    other = code.replace("own = model.state_dict()", "own = teacher.state_dict()").replace(
+        "if k in model.state_dict()", "if k in teacher.state_dict()")
+    assert found(other, ["DPL005"]) == [(6, 5, "DPL005", "warning"), (7, 5, "DPL005", "warning")]
+
+
+def test_strict_false_load_silent_when_a_loop_fills_the_dict_from_the_model_keys():
+    code = (
+        "import torch\n"
+        "def load(model, full):\n"
+        "    meta = model.state_dict()\n"
+        "    sharded = {}\n"
+        "    for name, tensor in full.items():\n"
+        "        like = meta.get(name)\n"
+        "        sharded[name] = shard(tensor, like)\n"
+        "    model.load_state_dict(sharded, strict=False, assign=True)\n"
+    )
+    assert found(code, ["DPL005"]) == []
+    assert found(code.replace("meta.get(name)", "None"), ["DPL005"]) == [(8, 5, "DPL005", "warning")]
+
+
+def test_save_wrapped_of_a_parameter_whose_only_caller_passes_a_wrapper():
+    code = (
+        "import torch\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "def save(model, path):\n"
+        "    torch.save(model.state_dict(), path)\n"
+        "def main(net):\n"
+        "    save(DDP(net), 'a.pt')\n"
+    )
+    assert found(code, ["DPL006"]) == [(4, 16, "DPL006", "warning")]
+    two_callers = code + "    save(net, 'b.pt')\n"
+    assert found(two_callers, ["DPL006"]) == []
+
+
+def test_strict_false_load_unrelated_statement_before_is_not_a_check():
+    code = "import torch\nsd = torch.load('a.pt')\nprint(len(sd), net.state_dict)\nnet.load_state_dict(sd, strict=False)\n"
+    assert found(code, ["DPL005"]) == [(4, 1, "DPL005", "warning")]
+
+
 # ------------------------------------------------------------ DPL006 save-wrapped-state-dict
 def test_save_wrapped_fix_is_unsafe_without_a_load_back():
     (finding,) = lint(DP_SAVE, select=["DPL006"])
@@ -381,6 +445,107 @@ def test_save_wrapped_through_a_variable_is_flagged_where_the_state_dict_is_take
     assert (finding.location.row, finding.location.column, finding.fix_applicability.value) == (5, 6, "unsafe")
 
 
+MULTI = (
+    "import torch\n"
+    "import torch.nn as nn\n"
+    "multi = torch.cuda.device_count() > 1\n"
+    "net = nn.Linear(4, 2)\n"
+    "if multi:\n"
+    "    net = nn.DataParallel(net)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "save, expected",
+    [
+        # The branch of the same test where the model is bare: right.
+        ("if multi:\n    torch.save(net.module.state_dict(), 'a.pt')\nelse:\n    torch.save(net.state_dict(), 'a.pt')\n", []),
+        ("if not multi:\n    torch.save(net.state_dict(), 'a.pt')\n", []),
+        ("torch.save((net.module if multi else net).state_dict(), 'a.pt')\n", []),
+        ("torch.save(net.state_dict() if not multi else net.module.state_dict(), 'a.pt')\n", []),
+        ("core = net.module if isinstance(net, nn.DataParallel) else net\ntorch.save(core.state_dict(), 'a.pt')\n", []),
+        ("core = net.module if hasattr(net, 'module') else net\ntorch.save(core.state_dict(), 'a.pt')\n", []),
+        # The wrapped branch, and code after both: flagged.
+        ("if multi:\n    torch.save(net.state_dict(), 'a.pt')\n", [(8, 16, "DPL006", "warning")]),
+        ("torch.save(net.state_dict(), 'a.pt')\n", [(7, 12, "DPL006", "warning")]),
+    ],
+)
+def test_save_wrapped_judged_per_path(save, expected):
+    assert found(MULTI + save, ["DPL006"]) == expected
+
+
+def test_save_wrapped_on_the_wrapped_branch_is_fixable():
+    code = MULTI + "if multi:\n    torch.save(net.state_dict(), 'a.pt')\n"
+    assert fixed(code, "DPL006") == code.replace("torch.save(net.state_dict()", "torch.save(net.module.state_dict()")
+
+
+def test_save_wrapped_through_a_builder_and_an_attribute():
+    code = (
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "def build(net):\n"
+        "    return nn.DataParallel(net).cuda()\n"
+        "class Loop:\n"
+        "    def __init__(self, net):\n"
+        "        self.model = build(net)\n"
+        "    def save(self):\n"
+        "        torch.save(self.model.state_dict(), 'loop.pt')\n"
+        "wrapped = build(nn.Linear(2, 2))\n"
+        "torch.save({'model': wrapped.state_dict()}, 'b.pt')\n"
+    )
+    assert found(code, ["DPL006"]) == [(9, 20, "DPL006", "warning"), (11, 22, "DPL006", "warning")]
+
+
+def test_strip_module_silent_on_the_bare_branch():
+    code = MULTI + (
+        "torch.save(net.state_dict(), 'a.pt')\n"
+        "fresh = nn.Linear(4, 2)\n"
+        "if not multi:\n"
+        "    fresh.load_state_dict(net.state_dict())\n"
+    )
+    assert [f for f in found(code, ["DPL004"])] == []
+    wrapped_branch = code.replace("if not multi:", "if multi:")
+    assert found(wrapped_branch, ["DPL004"]) == [(10, 5, "DPL004", "error")]
+
+
+def test_save_through_a_same_file_helper_links_save_and_load():
+    code = (
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "def save_checkpoint(state, path):\n"
+        "    torch.save(state, path)\n"
+        "class Keeper:\n"
+        "    def keep(self, weights):\n"
+        "        torch.save({'net': weights}, 'keep.pt')\n"
+        "ddp = nn.DataParallel(nn.Linear(2, 2))\n"
+        "save_checkpoint({'model': ddp.state_dict(), 'epoch': 1}, 'ckpt.pt')\n"
+        "Keeper().keep(ddp.state_dict())\n"
+        "fresh = nn.Linear(2, 2)\n"
+        "fresh.load_state_dict(torch.load('ckpt.pt')['model'])\n"
+        "fresh.load_state_dict(torch.load('keep.pt')['net'])\n"
+        "fresh.load_state_dict(torch.load('ckpt.pt')['epoch'])\n"
+    )
+    assert found(code, ["DPL004", "DPL006"]) == [
+        (9, 27, "DPL006", "warning"),
+        (10, 15, "DPL006", "warning"),
+        (12, 1, "DPL004", "error"),
+        (13, 1, "DPL004", "error"),
+    ]
+    assert "`save_checkpoint(...)` saves `ddp.state_dict()`" in [f.message for f in lint(code, select=["DPL006"])][0]
+
+
+def test_helper_that_saves_something_else_is_not_a_save_of_the_argument():
+    code = (
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "def log(weights, path):\n"
+        "    torch.save({'n': len(weights)}, path)\n"
+        "ddp = nn.DataParallel(nn.Linear(2, 2))\n"
+        "log(ddp.state_dict(), 'n.pt')\n"
+    )
+    assert found(code, ["DPL006"]) == []
+
+
 def test_save_wrapped_with_crlf_and_tabs():
     code = "import torch\r\nimport torch.nn as nn\r\nif True:\r\n\tdp = nn.DataParallel(nn.Linear(2, 2))\r\n\ttorch.save({'m': dp.state_dict()}, 'x.pt')\r\n"
     assert fixed(code, "DPL006") == code.replace("dp.state_dict()", "dp.module.state_dict()")
@@ -431,6 +596,68 @@ def test_hand_rolled_strip_lstrip_fact_in_message():
     ],
 )
 def test_hand_rolled_strip_near_misses(line):
+    code = "import torch\nsd = torch.load('m.pt')\n" + line
+    assert found(code, ["DPL013"]) == []
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        # split / partition at the wrapper's prefix
+        ("x = {(k.split('module.', 1)[1] if k.startswith('module.') else k): v for k, v in sd.items()}\n", [(3, 7, "info")]),
+        ("x = {k.split('module.')[-1]: v for k, v in sd.items()}\n", [(3, 6, "warning")]),
+        ("x = {k.partition('module.')[2] if k.startswith('module.') else k: v for k, v in sd.items()}\n", [(3, 6, "info")]),
+        # the first component dropped, per key under a `module` guard, or after a first-key check
+        ("x = {'.'.join(k.split('.')[1:]): v for k, v in sd.items() if k.startswith('module.')}\n", [(3, 6, "info")]),
+        ("x = {k.split('.', 1)[1] if k.startswith('module') else k: v for k, v in sd.items()}\n", [(3, 6, "info")]),
+        ("s = 1 if list(sd)[0].startswith('module') else 0\nx = {'.'.join(k.split('.')[s:]): v for k, v in sd.items()}\n",
+         [(4, 6, "warning")]),
+        ("if next(iter(sd)).startswith('module.'):\n    x = {k.partition('.')[2]: v for k, v in sd.items()}\n",
+         [(4, 10, "warning")]),
+        # renamed in place over a copy of the keys
+        ("for k in list(sd.keys()):\n    if k.startswith('module.'):\n        sd[k[len('module.'):]] = sd.pop(k)\n",
+         [(5, 12, "info")]),
+        ("for k in list(sd):\n    sd[k[7:]] = sd.pop(k)\n", [(4, 8, "warning")]),
+        # a name cut in a loop, then used as the new key
+        ("new = {}\nfor k, v in sd.items():\n    name = k[7:]\n    new[name] = v\n", [(5, 12, "warning")]),
+    ],
+)
+def test_hand_rolled_strip_spellings(line, expected):
+    code = "import torch\nsd = torch.load('m.pt')\n" + line
+    assert [(row, column, severity) for row, column, _, severity in found(code, ["DPL013"])] == expected
+
+
+def test_hand_rolled_strip_prefix_passed_as_a_parameter():
+    code = (
+        "import torch\n"
+        "def without_lead(sd, lead):\n"
+        "    cut = lambda name: name.partition(lead)[2] if name.startswith(lead) else name\n"
+        "    return {cut(n): t for n, t in sd.items()}\n"
+        "net.load_state_dict(without_lead(torch.load('a.pt'), 'module.'))\n"
+    )
+    assert found(code, ["DPL013"]) == [(3, 24, "DPL013", "info")]
+    # Another caller passes another prefix: the parameter is not the wrapper's prefix.
+    assert found(code + "enc.load_state_dict(without_lead(torch.load('b.pt'), 'encoder.'))\n", ["DPL013"]) == []
+    as_def = code.replace("    cut = lambda name: name.partition(lead)[2] if name.startswith(lead) else name\n",
+                          "    def cut(name):\n        return name[len(lead):] if name.startswith(lead) else name\n")
+    assert found(as_def, ["DPL013"]) == [(4, 16, "DPL013", "info")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # `module.` inside the key: only a sub-module was wrapped.
+        "x = {k.replace('module.', ''): v for k, v in sd.items() if k.startswith('backbone.module.')}\n",
+        "x = {k.split('module.', 1)[1]: v for k, v in sd.items() if k.startswith('encoder.module.')}\n",
+        # Another first component, nothing says `module`.
+        "x = {'.'.join(k.split('.')[1:]): v for k, v in sd.items() if k.startswith('backbone.')}\n",
+        "x = {'.'.join(k.split('.')[1:]): v for k, v in sd.items()}\n",
+        "x = {k.split('.', 1)[1]: v for k, v in sd.items()}\n",
+        "x = {k.split('.')[1]: v for k, v in sd.items()}\n",
+        "x = {k.split('module.')[0]: v for k, v in sd.items()}\n",
+    ],
+)
+def test_hand_rolled_strip_other_prefixes_stay_clean(line):
     code = "import torch\nsd = torch.load('m.pt')\n" + line
     assert found(code, ["DPL013"]) == []
 

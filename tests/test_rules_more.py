@@ -240,6 +240,72 @@ class TestUnguardedRankSave:
         code = DIST + "def write(state, path='last.pt'):\n    torch.save(state, path)\nwrite(state)\n"
         assert found(code, "DPL011") == [(5, 5)]
 
+    @pytest.mark.parametrize(
+        "guarded",
+        [
+            # A guard held in an attribute set elsewhere in the file.
+            "class T:\n    def __init__(self, rank):\n        self.writes_files = rank == 0\n"
+            "    def end(self):\n        if self.writes_files:\n            " + SAVE + "\nT(0).end()",
+            "args.save_logs = args.logs and is_main_process()\nif args.save_logs:\n    " + SAVE,
+            # Any assignment of the name, not only the last.
+            "chief = False\nif dist.is_initialized():\n    chief = dist.get_rank() == 0\nelse:\n    chief = True\n"
+            "if chief:\n    " + SAVE,
+            "writer = SummaryWriter() if args.rank == 0 else None\nif writer is not None:\n    " + SAVE,
+            "if comm.is_main_process():\n    " + SAVE,
+            "if utils.get_rank() == 0:\n    " + SAVE,
+            "if self.global_rank == 0:\n    " + SAVE,
+        ],
+    )
+    def test_guards_held_in_names_and_attributes(self, guarded):
+        assert found(DIST + guarded + "\n", "DPL011") == []
+
+    @pytest.mark.parametrize(
+        "test",
+        ["args.node_rank == 0", "node_rank == 0", "args.nr == 0", "accelerator_cfg.machine_rank == 0",
+         "int(os.environ['NODE_RANK']) == 0"],
+    )
+    def test_node_rank_is_not_a_rank_check(self, test):
+        assert found(DIST + "import os\nif " + test + ":\n    " + SAVE + "\n", "DPL011") == [(6, 5)]
+
+    def test_function_that_starts_the_group_runs_on_every_rank(self):
+        # The spawn happens in another file (or under a condition): the worker still runs per rank.
+        worker = (
+            "import torch\nimport torch.distributed as dist\n"
+            "def worker(gpu, args):\n"
+            "    dist.init_process_group('nccl', rank=gpu, world_size=args.world)\n"
+            "    train(args)\n"
+            "    " + SAVE + "\n"
+        )
+        assert found(worker, "DPL011") == [(6, 5)]
+        through_setup = (
+            "import torch\nimport torch.distributed as dist\n"
+            "def setup(rank, world):\n    dist.init_process_group('gloo', rank=rank, world_size=world)\n"
+            "def run(rank, world):\n    setup(rank, world)\n    " + SAVE + "\n"
+        )
+        assert found(through_setup, "DPL011") == [(7, 5)]
+        assert found(worker.replace("    " + SAVE, "    if gpu == 0:\n        " + SAVE), "DPL011") == []
+
+    @pytest.mark.parametrize(
+        "start",
+        [
+            "import deepspeed\ndeepspeed.init_distributed()\n",
+            "from accelerate import Accelerator\naccelerator = Accelerator()\n",
+            "import utils\nutils.init_distributed_mode(args)\n",
+            "from mmcv.runner import init_dist\ninit_dist('pytorch')\n",
+            "import os\nlocal_rank = int(os.environ['LOCAL_RANK'])\n",
+            "parser.add_argument('--local_rank', type=int, default=-1)\n",
+            "torch.cuda.set_device(args.local_rank)\n",
+            "from torch.utils.data.distributed import DistributedSampler\nsampler = DistributedSampler(ds)\n",
+        ],
+    )
+    def test_multi_process_started_by_other_libraries(self, start):
+        code = "import torch\n" + start + SAVE + "\n"
+        assert found(code, "DPL011") == [(code.count("\n"), 1)]
+        assert found(code.replace(SAVE, "if is_main_process():\n    " + SAVE), "DPL011") == []
+
+    def test_multi_process_words_alone_are_not_enough(self):
+        assert found("import torch\nfrom utils import init_model\ninit_model()\n" + SAVE + "\n", "DPL011") == []
+
     def test_no_fix(self):
         code = DIST + SAVE + "\n"
         assert fixed(code, "DPL011") == code

@@ -157,7 +157,10 @@ def test_positions_equal_libcst_position_provider_on_every_fixture_node():
     for script in scripts:
         text = script.read_text()
         text += "\r\nx = (1,\r\n  2)  # crlf tail\r\n"
-        module = cst.parse_module(text)
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            continue  # a pre-3.7 script kept for the parse fallback (`x.cuda(async=True)`)
         expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
         model = SemanticModel(module)
         for node, code_range in expected.items():

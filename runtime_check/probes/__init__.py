@@ -5,7 +5,9 @@ A probe module defines:
 * ``CODE`` (``"DPL007"``) and ``NAME`` (the rule's slug);
 * ``install(context)``: runs in the harness, under torch, before the script; patches torch to
   record observations (``context.recorder.emit(kind, ...)``). Observers several probes need
-  live in ``shared.py`` and are installed once (``context.once``);
+  live in ``shared.py`` and are installed once (``context.once``). One process runs several
+  variants of the script in turn: keep per-run bookkeeping in ``context.state`` and look it up
+  when called (it is emptied between variants), not in a closure;
 * ``judge(case)``: runs in the runner (never imports torch); reads the observations of the
   original and the fixed run and returns a ``Judgement`` (see ``runtime_check/verdicts.py``).
 
@@ -28,7 +30,11 @@ class ProbeContext:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.installed: set[str] = set()
-        self.state: dict = {}  # shared observers keep their bookkeeping here
+        self.state: dict = {}  # observers keep their per-run bookkeeping here (read it at call time)
+
+    def reset(self) -> None:
+        """A new variant starts in this process: per-run bookkeeping starts empty."""
+        self.state.clear()
 
     def once(self, name: str) -> bool:
         """True the first time a name is asked for: install it now."""

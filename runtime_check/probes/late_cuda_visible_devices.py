@@ -24,11 +24,10 @@ def install(context) -> None:
     import torch
 
     recorder = context.recorder
-    seen: set = set()
-
     def wrap(name, original):
         def query(*args, **kwargs):
             line = recorder.script_line()
+            seen = context.state.setdefault("cuda-queries", set())
             if (name, line) not in seen:
                 seen.add((name, line))
                 recorder.emit("cuda-query", line=line, function=name)

@@ -37,7 +37,10 @@ def observe_wrappers(context: ProbeContext) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     recorder = context.recorder
-    wrappers: list[tuple[str, int, weakref.ref]] = context.state.setdefault("wrappers", [])
+
+    def wrappers() -> list[tuple[str, int, weakref.ref]]:
+        return context.state.setdefault("wrappers", [])
+
     inside = [0]  # depth of wrapper forwards running (a global: DP runs replicas in threads)
 
     def patch(cls, kind: str) -> None:
@@ -45,7 +48,7 @@ def observe_wrappers(context: ProbeContext) -> None:
 
         def __init__(self, module, *args, **kwargs):
             line = recorder.script_line()
-            number = len(wrappers)
+            number = len(wrappers())
             is_optimizer = isinstance(module, torch.optim.Optimizer)
             recorder.emit(
                 "wrap", line=line, wrapper=kind, number=number,
@@ -62,7 +65,7 @@ def observe_wrappers(context: ProbeContext) -> None:
                 nn.Module.__init__(self)
                 self.module, self.device_ids, self.output_device, self.dim = module, [], None, 0
                 self.src_device_obj = torch.device("cpu")
-            wrappers.append((kind, number, weakref.ref(self)))
+            wrappers().append((kind, number, weakref.ref(self)))
             if isinstance(module, nn.Module):
                 module.register_forward_pre_hook(inner_hook(kind, number, weakref.ref(self)))
 
@@ -97,12 +100,11 @@ def observe_wrappers(context: ProbeContext) -> None:
     patch(nn.DataParallel, "DP")
     patch(DistributedDataParallel, "DDP")
 
-    steps = [0]
-
     def after_step(optimizer, args, kwargs):
+        steps = context.state.setdefault("steps", [0])
         steps[0] += 1
         sums = {}
-        for kind, number, ref in wrappers:
+        for kind, number, ref in wrappers():
             wrapper = ref()
             if kind != "DDP" or wrapper is None:
                 continue

@@ -26,11 +26,26 @@ def drift(run: RunView):
     step = max(common)
     values = by_step[step]
     first = values[run.ranks[0]]
-    differ = any(
-        abs(v[0] - first[0]) > 1e-9 * max(1.0, abs(first[0])) or abs(v[1] - first[1]) > 1e-9 * max(1.0, abs(first[1]))
-        for v in values.values()
-    )
+    differ = any(apart(v[i], first[i]) for v in values.values() for i in (0, 1))
     return step, values, differ
+
+
+def apart(a: float, b: float) -> bool:
+    """Checksums further apart than float rounding of the same parameters could make them."""
+    return abs(a - b) > 1e-9 * max(1.0, abs(b))
+
+
+def shown_difference(values: dict) -> str:
+    """The checksum that differs, with as many digits as it takes to see it differ."""
+    ranks = list(values.values())
+    for index, name in ((0, "sums"), (1, "sums of squares")):
+        column = [v[index] for v in ranks]
+        if any(apart(value, column[0]) for value in column):
+            for digits in range(6, 18):
+                shown = [f"{value:.{digits}g}" for value in column]
+                if len(set(shown)) > 1:
+                    return f"{name} {' vs '.join(shown)}"
+    return "checksums " + " vs ".join(repr(tuple(v)) for v in ranks)
 
 
 def summary(case: Case, run: RunView) -> tuple[bool, str, str]:
@@ -54,8 +69,7 @@ def summary(case: Case, run: RunView) -> tuple[bool, str, str]:
         else:
             step, values, differ = found
             if differ:
-                shown = " vs ".join(f"{v[0]:.6f}" for v in values.values())
-                text += f"; after step {step} the parameters differ across ranks (sums {shown})"
+                text += f"; after step {step} the parameters differ across ranks ({shown_difference(values)})"
             else:
                 text += f"; after step {step} the parameters are identical on all {len(values)} ranks"
     return bool(direct), kind, text

@@ -40,8 +40,8 @@ PLANNED: list[tuple[str, tuple[str, ...], dict]] = [
     ("cuda_only", (), {}),
     ("cuda_only --cpu-remap", (), {"cpu_remap": True}),
 ]
-WORKERS = 3
-TEST_TIMEOUT = 240.0  # per run; a loaded 2-core machine runs three verifies at once
+WORKERS = 2
+TEST_TIMEOUT = 240.0  # per variant; a loaded 2-core machine runs two verifies at once
 
 
 def uses(*keys: str):

@@ -124,10 +124,14 @@ def result_for(report, fixture: str, code: str, snippet: str):
     return judge_all(text, report.fixed_text, [finding], [finding], report)[0]
 
 
-@pytest.mark.parametrize(
-    "fixture, code, snippet, verdict, original, fixed", EXPECTED,
-    ids=[f"{fixture}-{code}-{snippet[:20]}" for fixture, code, snippet, *_ in EXPECTED],
-)
+def slow_unless_all_misuses(entry):
+    """all_misuses shows every probe in one launch; the one-misuse fixtures are the slow remainder."""
+    fixture, code, snippet = entry[:3]
+    marks = () if fixture == "all_misuses" else (pytest.mark.slow,)
+    return pytest.param(*entry, marks=marks, id=f"{fixture}-{code}-{snippet[:20]}")
+
+
+@pytest.mark.parametrize("fixture, code, snippet, verdict, original, fixed", [slow_unless_all_misuses(e) for e in EXPECTED])
 def test_verdict_and_evidence(verified, fixture, code, snippet, verdict, original, fixed):
     result = result_for(verified(fixture), fixture, code, snippet)
     assert (result.verdict.value, result.finding.code) == (verdict, code), (result.original, result.fixed)
@@ -140,6 +144,7 @@ def test_verdict_and_evidence(verified, fixture, code, snippet, verdict, origina
 SINGLE = sorted({fixture for fixture, *_ in EXPECTED} - {"all_misuses"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", SINGLE)
 def test_one_misuse_per_fixture(verified, fixture):
     """Besides its own rule's findings, no registered rule flags a single-misuse fixture."""

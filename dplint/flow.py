@@ -1,0 +1,774 @@
+"""How values flow: all reaching definitions with their branch conditions, across the
+functions and classes of a file and, through ``model.project``, across files.
+
+One ``Flow`` per ``SemanticModel`` (``model.flow``), built lazily: nothing here runs until
+a rule asks, and every answer is memoised. It is small and in our domain (wrappers,
+samplers, loaders, state dicts), not a type checker.
+
+API (rule-facing; ``at`` is the node where the question is asked, default the expression):
+
+* ``Condition(test, holds, scope)`` - one branch test on a path: ``if distributed:`` gives
+  ``Condition("distributed", True, <scope>)`` in the body and ``holds=False`` in the
+  ``else``; ``not x`` is ``("x", not holds)``. Two conditions are the same test when their
+  text (whitespace-free) and the scope owning its root name are equal.
+* ``Path = tuple[Condition, ...]``; ``consistent(a, b)`` - no test holds in one and fails in
+  the other.
+* ``Value(model, expr, conditions, binding)`` - one thing an expression may hold: ``expr``
+  is the expression *in ``model``* (another file's model after a cross-file step), or None
+  when unknown (a parameter with several callers, an unresolvable call...). ``value.known``.
+* ``model.flow.reaching(key, at) -> list[(Binding, Path)]`` - every binding of "x" /
+  "self.x" that can reach ``at``, each with the conditions it is live under. Branches
+  whose test is statically known are closed; code after ``return``/``raise`` is not
+  reached; ``self.x`` read in a method sees the bindings of the other methods (constructor
+  first) unless the method rebinds it first.
+* ``model.flow.values_at(expr, at) -> list[Value]`` - everything ``expr`` may hold, through
+  names (all reaching bindings), ``a if c else b`` (both, with ``c`` as a condition),
+  self-returning calls (``.cuda()``), calls of same-file functions (their return values,
+  parameters mapped to this call's arguments), parameters (the argument of the only call
+  site; unknown when callers differ or the function escapes), ``self.x`` set from
+  constructor arguments (``Runner(net, loader)``), tuple unpacking of a call's returned tuple,
+  and imported names resolved through ``model.project``. A ``Value`` with ``expr is None``
+  means "cannot tell": rules stay silent on it.
+* ``model.flow.truth(expr, at, path=()) -> Optional[bool]`` - truthiness of ``expr`` on a
+  path: a test named on the path, literals, ``not``, ``x is (not) None``, names whose
+  every value on the path agrees. None when unknown.
+* ``model.flow.wrappings_at(expr, at) -> list[(Optional[Wrapping], Path)]`` - per reaching
+  value, the wrapping it is (None: not a wrapper, or unknown).
+  ``wrapped_on_some_path(expr, at) -> Optional[Wrapping]`` and
+  ``wrapped_on_every_path(expr, at) -> bool`` read it.
+* ``model.flow.callee(call) -> Optional[Callee]`` - the same-file (or, with a project, other
+  file) function or class a call runs: ``Callee(model, node, bound)``; ``bound`` when the
+  first parameter is the instance (``self.m()``, ``Cls(...)`` -> ``__init__``).
+* ``model.flow.call_sites(function) -> Optional[list[cst.Call]]`` - the calls of a same-file
+  function (or of a class's constructor); None when it escapes (passed as a value,
+  decorated).
+* ``model.flow.parameter_argument(call, function, name, bound) -> Optional[expr]`` - the
+  argument (or default) a call gives a parameter; None when star-args make it unclear.
+* ``model.flow.returned_values(callee, call) -> list[Value]`` / ``is_generator(function)``.
+
+Cross-file hook: ``model.project`` (None by default) may provide
+``resolve(qualified_name, importer) -> Optional[(SemanticModel, node)]``; imports are
+recorded as ``model.imports["pick_sampler"] == "samplers.pick_sampler"``, relative ones with
+their leading dots (``".data.build_loader"``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+
+import libcst as cst
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dplint.semantic import Binding, SemanticModel, Scope, Wrapping
+
+_SPACE = re.compile(r"\s+")
+_MAX_DEPTH = 12
+_MAX_STEPS = 400  # values_at steps per question
+
+
+@dataclass(frozen=True)
+class Condition:
+    test: str  # the test's source without whitespace; `not x` is stored as x
+    holds: bool
+    scope: int = 0  # id() of the function owning the test's root name (0: global/unknown)
+
+    def negated(self) -> "Condition":
+        return Condition(self.test, not self.holds, self.scope)
+
+
+Path = tuple  # tuple[Condition, ...]
+
+
+def consistent(first: Sequence[Condition], second: Sequence[Condition]) -> bool:
+    """No test holds on one path and fails on the other."""
+    seen = {(c.test, c.scope): c.holds for c in first}
+    return all(seen.get((c.test, c.scope), c.holds) == c.holds for c in second)
+
+
+def _join(first: Sequence[Condition], second: Sequence[Condition]) -> Path:
+    out = list(first)
+    for condition in second:
+        if condition not in out:
+            out.append(condition)
+    return tuple(out)
+
+
+@dataclass(eq=False)
+class Value:
+    model: "SemanticModel"
+    expr: Optional[cst.BaseExpression]  # None: unknown
+    conditions: Path = ()
+    binding: Optional["Binding"] = None  # the last binding followed to get here
+
+    @property
+    def known(self) -> bool:
+        return self.expr is not None
+
+
+@dataclass(eq=False)
+class Callee:
+    model: "SemanticModel"
+    node: cst.CSTNode  # FunctionDef or ClassDef
+    bound: bool  # the first parameter receives the instance
+
+    @property
+    def function(self) -> Optional[cst.FunctionDef]:
+        """The function that runs: the def, or a class's own `__init__`."""
+        if isinstance(self.node, cst.FunctionDef):
+            return self.node
+        return class_method(self.node, "__init__")
+
+
+def class_method(node: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
+    for statement in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            return statement
+    return None
+
+
+def _blocks(body: cst.BaseSuite) -> Sequence[cst.CSTNode]:
+    if isinstance(body, cst.IndentedBlock):
+        return body.body
+    return (body,)  # SimpleStatementSuite: one "statement" of small statements
+
+
+class Flow:
+    def __init__(self, model: "SemanticModel") -> None:
+        self.model = model
+        self._records: dict[tuple, dict] = {}  # (owner scope, key, method) -> statement -> state
+        self._statement_bindings: dict[tuple, dict] = {}
+        self._call_sites: Optional[dict] = None
+        self._active = 0  # values_at calls in progress (0: the next one is a new question)
+        self._steps = 0
+
+    # ------------------------------------------------------------- reaching definitions
+    def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
+        model = self.model
+        use_scope = model.scope(at)
+        owner = model.owner_scope(key, use_scope)
+        if owner is None:
+            return []
+        if key.startswith("self."):
+            return self._reaching_attribute(key, at, owner, use_scope)
+        return self._reaching_in(owner, key, at, owner.node, initial=None)
+
+    def _reaching_in(self, owner: "Scope", key: str, at: cst.CSTNode, body_owner: cst.CSTNode,
+                     initial: Optional[list]) -> list:
+        record_key = (owner, key, body_owner)
+        records = self._records.get(record_key)
+        if records is None:
+            records = self._records[record_key] = {}
+            self._walk_scope(owner, key, body_owner, records, initial)
+        for node in (at, *self.model.ancestors(at)):
+            state = records.get(node)
+            if state is not None:
+                return list(state)
+            if node is body_owner:
+                break
+        live = self.model.binding_at(key, at)  # not reached by the walk: source order decides
+        return [(live, ())] if live is not None else []
+
+    def _reaching_attribute(self, key: str, at: cst.CSTNode, owner: "Scope", use_scope: "Scope") -> list:
+        method = use_scope.node if use_scope.class_scope is owner else None
+        bindings = [b for b in self.model.bindings.get(key, ()) if b.scope is owner]
+        if method is None:
+            return [(b, ()) for b in bindings]
+        elsewhere = [b for b in bindings if not _inside(self.model, b.node, method)]
+        elsewhere.sort(key=lambda b: _method_rank(self.model, b.node))
+        initial = [(b, ()) for b in elsewhere]
+        return self._reaching_in(owner, key, at, method, initial)
+
+    def _walk_scope(self, owner: "Scope", key: str, body_owner: cst.CSTNode, records: dict,
+                    initial: Optional[list]) -> None:
+        bindings = [b for b in self.model.bindings.get(key, ()) if b.scope is owner]
+        if body_owner is not owner.node:
+            bindings = [b for b in bindings if _inside(self.model, b.node, body_owner)]
+        self._at_statement = index = {}
+        state = list(initial or ())
+        for binding in bindings:
+            if isinstance(binding.node, cst.Param):
+                state = [(binding, ())]
+                continue
+            index.setdefault(self._anchor(binding.node), []).append(binding)
+        self._index = index
+        self._records_now = records
+        node = body_owner
+        if isinstance(node, cst.Module):
+            self._walk_block(node.body, state, ())
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            self._walk_block(_blocks(node.body), state, ())
+
+    def _anchor(self, node: cst.CSTNode) -> cst.CSTNode:
+        if isinstance(node, (cst.For, cst.With, cst.ExceptHandler, cst.FunctionDef, cst.ClassDef)):
+            return node
+        return self.model.statement_of(node)
+
+    def _walk_block(self, statements: Sequence[cst.CSTNode], state: Optional[list], ctx: Path) -> Optional[list]:
+        for statement in statements:
+            if state is None:
+                return None  # unreachable: after return / raise
+            state = self._walk_statement(statement, state, ctx)
+        return state
+
+    def _bind_here(self, node: cst.CSTNode, state: list, ctx: Path) -> list:
+        found = self._index.get(node)
+        if not found:
+            return state
+        return [(found[-1], ctx)]
+
+    def _walk_statement(self, statement: cst.CSTNode, state: list, ctx: Path) -> Optional[list]:
+        self._records_now[statement] = state
+        model = self.model
+        if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            state = self._bind_here(statement, state, ctx)
+            if any(isinstance(small, (cst.Return, cst.Raise)) for small in statement.body):
+                return None
+            return state
+        if isinstance(statement, cst.If):
+            state = self._bind_here(statement, state, ctx)  # a walrus in the test
+            return self._walk_if(statement, state, ctx)
+        if isinstance(statement, (cst.For, cst.While)):
+            before = state
+            if isinstance(statement, cst.For):
+                entry = self._bind_here(statement, state, ctx)
+            else:
+                entry = state
+                if _static(model, statement.test) is False:
+                    return self._walk_else(statement.orelse, state, ctx)
+            first = self._walk_block(_blocks(statement.body), entry, ctx)
+            looped = _merge(entry, first) if first is not None else entry
+            end = self._walk_block(_blocks(statement.body), looped, ctx)
+            after = _merge(before, end) if end is not None else before
+            if isinstance(statement, cst.For) and end is not None:
+                after = _merge(after, end)
+            return self._walk_else(statement.orelse, after, ctx)
+        if isinstance(statement, cst.Try) or type(statement).__name__ == "TryStar":
+            body = self._walk_block(_blocks(statement.body), state, ctx)
+            handler_in = _merge(state, body) if body is not None else state
+            ends = []
+            for handler in statement.handlers:
+                entry = self._bind_here(handler, handler_in, ctx)
+                self._records_now[handler] = entry
+                ends.append(self._walk_block(_blocks(handler.body), entry, ctx))
+            if statement.orelse is not None and body is not None:
+                body = self._walk_block(_blocks(statement.orelse.body), body, ctx)
+            after = _merge_all([body, *ends])
+            if statement.finalbody is not None:
+                final_in = after if after is not None else handler_in
+                final = self._walk_block(_blocks(statement.finalbody.body), final_in, ctx)
+                return None if after is None else final
+            return after
+        if isinstance(statement, cst.With):
+            state = self._bind_here(statement, state, ctx)
+            return self._walk_block(_blocks(statement.body), state, ctx)
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            return self._bind_here(statement, state, ctx)
+        if isinstance(statement, cst.Match):
+            ends = [state]
+            for case in statement.cases:
+                self._records_now[case] = state
+                ends.append(self._walk_block(_blocks(case.body), state, ctx))
+            return _merge_all(ends)
+        return state
+
+    def _walk_else(self, orelse, state: Optional[list], ctx: Path) -> Optional[list]:
+        if orelse is None or state is None:
+            return state
+        return self._walk_block(_blocks(orelse.body), state, ctx)
+
+    def _walk_if(self, statement: cst.If, state: list, ctx: Path) -> Optional[list]:
+        truth = _static(self.model, statement.test)
+        if truth is True:
+            return self._walk_block(_blocks(statement.body), state, ctx)
+        if truth is False:
+            return self._walk_orelse(statement.orelse, state, ctx)
+        condition = self.condition(statement.test)
+        positive, negative = (condition,), (condition.negated(),)
+        body = self._walk_block(_blocks(statement.body), _extend(state, positive), _join(ctx, positive))
+        rest = self._walk_orelse(statement.orelse, _extend(state, negative), _join(ctx, negative))
+        return _merge_all([body, rest])
+
+    def _walk_orelse(self, orelse, state: list, ctx: Path) -> Optional[list]:
+        if orelse is None:
+            return state
+        if isinstance(orelse, cst.If):
+            return self._walk_statement(orelse, state, ctx)
+        return self._walk_block(_blocks(orelse.body), state, ctx)
+
+    # ------------------------------------------------------------------- conditions
+    def condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        text = _SPACE.sub("", self.model.code(test))
+        parens = len(getattr(test, "lpar", ()))
+        if parens and text.startswith("(" * parens) and text.endswith(")" * parens):
+            text = text[parens:-parens]
+        root = test
+        while isinstance(root, (cst.Attribute, cst.Subscript, cst.Call)):
+            root = root.value if not isinstance(root, cst.Call) else root.func
+        scope = 0
+        if isinstance(root, cst.Name):
+            owner = self.model.owner_scope(root.value, self.model.scope(test))
+            scope = id(owner.node) if owner is not None and owner.kind == "function" else 0
+        return Condition(text, holds, scope)
+
+    # ------------------------------------------------------------------------ values
+    def values_at(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None,
+                  path: Path = (), _context: tuple = (), _depth: int = _MAX_DEPTH) -> list[Value]:
+        if self._active == 0:
+            self._steps = 0
+        self._active += 1
+        try:
+            self._steps += 1
+            if self._steps > _MAX_STEPS:  # a question that fans out too far: cannot tell
+                return [Value(self.model, None, path)]
+            return self._values_at(expr, at, path, _context, _depth)
+        finally:
+            self._active -= 1
+
+    def _values_at(self, expr, at, path: Path, _context: tuple, _depth: int) -> list[Value]:
+        from dplint.semantic import peel_self_returning
+
+        model = self.model
+        at = expr if at is None else at
+        if expr is None or _depth <= 0:
+            return [Value(model, None, path)]
+        expr = peel_self_returning(expr)
+        if isinstance(expr, cst.IfExp):
+            truth = _static(model, expr.test, at)
+            if truth is not None:
+                return self.values_at(expr.body if truth else expr.orelse, at, path, _context, _depth - 1)
+            condition = self.condition(expr.test)
+            return [
+                *self.values_at(expr.body, at, _join(path, (condition,)), _context, _depth - 1),
+                *self.values_at(expr.orelse, at, _join(path, (condition.negated(),)), _context, _depth - 1),
+            ]
+        if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+            return [Value(model, expr, path)]
+        key = model.binding_key(expr, at)
+        if key is None:
+            if isinstance(expr, cst.Call):
+                return self._call_values(expr, path, _context, _depth)
+            return [Value(model, expr, path)]
+        entries = self.reaching(key, at)
+        if not entries:
+            if isinstance(expr, cst.Name) and expr.value not in model.bindings:
+                return [Value(model, expr, path)]  # a builtin or a name from a star import
+            return [Value(model, None, path)]
+        values: list[Value] = []
+        for binding, conditions in entries:
+            joined = _join(path, conditions)
+            if binding.value is not None:
+                found = self.values_at(binding.value, binding.node, joined, _context, _depth - 1)
+            elif isinstance(binding.node, cst.Param):
+                found = self._parameter_values(binding, joined, _context, _depth)
+            elif isinstance(binding.node, (cst.Assign, cst.AnnAssign)) and isinstance(
+                binding.node.value, cst.Call
+            ):
+                found = self._unpacked_values(binding, joined, _context, _depth)
+            elif isinstance(binding.node, cst.ImportFrom) and model.project is not None:
+                found = self._imported_values(key, joined, _depth)
+            else:
+                found = [Value(model, None, joined)]
+            for value in found:
+                if value.binding is None:
+                    value.binding = binding
+            values.extend(found)
+        return values
+
+    def value_expressions(self, expr, at=None) -> list[cst.BaseExpression]:
+        """The known expressions (of this file) `expr` may hold; [] when any is unknown."""
+        values = self.values_at(expr, at)
+        if any(not v.known or v.model is not self.model for v in values):
+            return []
+        return [v.expr for v in values]
+
+    def _call_values(self, call: cst.Call, path: Path, context: tuple, depth: int) -> list[Value]:
+        callee = self.callee(call)
+        if callee is None or isinstance(callee.node, cst.ClassDef):
+            return [Value(self.model, call, path)]
+        return [
+            Value(v.model, v.expr, _join(path, v.conditions) if v.model is self.model else path, v.binding)
+            for v in callee.model.flow.returned_values(callee, call, self.model, context, depth - 1)
+        ]
+
+    def returned_values(self, callee: Callee, call: Optional[cst.Call], caller: Optional["SemanticModel"] = None,
+                        context: tuple = (), depth: int = _MAX_DEPTH) -> list[Value]:
+        """What a call of a function returns (its generator object for a generator)."""
+        function = callee.function
+        if not isinstance(callee.node, cst.FunctionDef) or function is None:
+            return [Value(caller or self.model, call, ())]
+        if self.is_generator(function):
+            return [Value(caller or self.model, call, ())]
+        returns = self.own_returns(function)
+        if not returns:
+            return [Value(self.model, None, ())]
+        inner_context = ((function, call, caller or self.model, callee.bound), *context) if call is not None else context
+        values: list[Value] = []
+        for statement in returns:
+            values.extend(self.values_at(statement.value, statement, (), inner_context, depth))
+        return values
+
+    def _parameter_values(self, binding: "Binding", path: Path, context: tuple, depth: int) -> list[Value]:
+        param = binding.node
+        function = self.model.parent(self.model.parent(param))
+        if not isinstance(function, cst.FunctionDef):
+            return [Value(self.model, None, path)]
+        for frame_function, call, caller, bound in context:
+            if frame_function is function:
+                rest = context[1:]
+                argument = caller.flow.parameter_argument(call, function, param.name.value, bound)
+                if argument is None:
+                    return [Value(self.model, None, path)]
+                argument_model = self.model if argument is param.default else caller
+                return argument_model.flow.values_at(argument, call if argument_model is caller else param, path, rest, depth - 1)
+        sites = self.call_sites(function)
+        if not sites or len(sites) != 1:
+            return [Value(self.model, None, path)]  # no caller, or callers that may differ: say nothing
+        (call, bound) = sites[0]
+        argument = self.parameter_argument(call, function, param.name.value, bound)
+        if argument is None:
+            return [Value(self.model, None, path)]
+        where = param if argument is param.default else call
+        return self.values_at(argument, where, path, context, depth - 1)
+
+    def _unpacked_values(self, binding: "Binding", path: Path, context: tuple, depth: int) -> list[Value]:
+        """`train_dl, val_dl = make_loaders(...)`: the element of each returned tuple."""
+        node = binding.node
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        index = _element_index(self.model, targets, binding.key)
+        if index is None:
+            return [Value(self.model, None, path)]
+        values = []
+        for value in self.values_at(node.value, node, path, context, depth - 1):
+            expr = value.expr
+            if isinstance(expr, (cst.Tuple, cst.List)) and len(expr.elements) > index and not any(
+                isinstance(e, cst.StarredElement) for e in expr.elements
+            ):
+                values.extend(value.model.flow.values_at(expr.elements[index].value, expr, value.conditions, (), depth - 1))
+            else:
+                values.append(Value(self.model, None, path))
+        return values
+
+    def _imported_values(self, key: str, path: Path, depth: int) -> list[Value]:
+        resolved = self.resolve_import(key)
+        if resolved is None:
+            return [Value(self.model, None, path)]
+        other, node = resolved
+        if isinstance(node, (cst.Assign, cst.AnnAssign)):
+            return other.flow.values_at(node.value, node, (), (), depth - 1)
+        return [Value(other, None, path)]
+
+    def resolve_import(self, name: str) -> Optional[tuple["SemanticModel", cst.CSTNode]]:
+        """The other file's model and top-level node an imported name denotes (needs a project)."""
+        project = self.model.project
+        qualified = self.model.imports.get(name)
+        if project is None or qualified is None:
+            return None
+        try:
+            return project.resolve(qualified, self.model)
+        except Exception:  # a project that cannot answer is the same as no project
+            return None
+
+    # ------------------------------------------------------------------- truthiness
+    def truth(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None, path: Path = ()) -> Optional[bool]:
+        """Whether `expr` is truthy on `path` (None: unknown)."""
+        from dplint.semantic import literal_value
+
+        if expr is None:
+            return None
+        at = expr if at is None else at
+        condition = self.condition(expr)
+        for known in path:
+            if (known.test, known.scope) == (condition.test, condition.scope):
+                return known.holds == condition.holds
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+            inner = self.truth(expr.expression, at, path)
+            return None if inner is None else not inner
+        if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+            target = expr.comparisons[0]
+            if isinstance(target.operator, (cst.Is, cst.IsNot)) and _is_none(target.comparator):
+                answers = set()
+                for value in self.values_at(expr.left, at):
+                    if not consistent(value.conditions, path):
+                        continue
+                    answers.add(_none_ness(value.expr))
+                if len(answers) != 1 or None in answers:
+                    return None
+                (is_none,) = answers
+                return is_none if isinstance(target.operator, cst.Is) else not is_none
+            return None
+        if isinstance(expr, cst.BooleanOperation):
+            left, right = self.truth(expr.left, at, path), self.truth(expr.right, at, path)
+            if isinstance(expr.operator, cst.And):
+                return False if False in (left, right) else (True if left is right is True else None)
+            return True if True in (left, right) else (False if left is right is False else None)
+        answers = set()
+        for value in self.values_at(expr, at):
+            if not consistent(value.conditions, path):
+                continue
+            if value.expr is None or value.model is not self.model and not isinstance(value.expr, cst.Name):
+                return None
+            if value.expr is expr:
+                try:
+                    answers.add(bool(literal_value(value.expr)))
+                except ValueError:
+                    return None
+                continue
+            answers.add(value.model.flow.truth(value.expr, value.expr, value.conditions if value.model is not self.model else _join(path, value.conditions)))
+        if len(answers) != 1:
+            return None
+        return answers.pop()
+
+    # --------------------------------------------------------------------- wrappers
+    def wrappings_at(self, expr, at=None) -> list[tuple[Optional["Wrapping"], Path]]:
+        found = []
+        for value in self.values_at(expr, at):
+            wrapping = None
+            if value.known:
+                wrapping = next((w for w in value.model.wrappings if w.call is value.expr), None)
+            found.append((wrapping, value.conditions))
+        return found
+
+    def wrapped_on_some_path(self, expr, at=None) -> Optional["Wrapping"]:
+        return next((w for w, _ in self.wrappings_at(expr, at) if w is not None), None)
+
+    def wrapped_on_every_path(self, expr, at=None) -> bool:
+        found = self.wrappings_at(expr, at)
+        return bool(found) and all(w is not None for w, _ in found)
+
+    # ------------------------------------------------------------------- functions
+    def callee(self, call: cst.Call) -> Optional[Callee]:
+        """The function or class of this file (or of the project) that `call` runs."""
+        model = self.model
+        func = call.func
+        if isinstance(func, cst.Name):
+            name = func.value
+            if name not in model.functions and name not in model.classes and name not in model.imports:
+                return None
+            reaching = self.reaching(name, call)
+            if len({id(binding) for binding, _ in reaching}) != 1:
+                return None  # defined twice (`if fast: def step()... else: def step()...`)
+            for binding, _ in reaching[:1]:
+                if isinstance(binding.node, cst.FunctionDef):
+                    return Callee(model, binding.node, _is_method(model, binding.node))
+                if isinstance(binding.node, cst.ClassDef):
+                    return Callee(model, binding.node, True)
+                if isinstance(binding.node, cst.ImportFrom):
+                    resolved = self.resolve_import(name)
+                    if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+                        return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
+                return None
+            return None
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            scope = model.scope(call)
+            if scope.self_name is not None and func.value.value == scope.self_name and scope.class_scope is not None:
+                method = class_method(scope.class_scope.node, func.attr.value)
+                if method is not None and not _is_static(method):
+                    return Callee(model, method, True)
+        return None
+
+    def call_sites(self, function: cst.CSTNode) -> Optional[list[tuple[cst.Call, bool]]]:
+        """(call, bound) for every call of a same-file function or class (its constructor);
+        None when it may be called from where we can't see."""
+        if self._call_sites is None:
+            self._call_sites = self._collect_call_sites()
+        return self._call_sites.get(function)
+
+    def _collect_call_sites(self) -> dict:
+        model = self.model
+        sites: dict = {}
+        for site in model.calls:
+            callee = self.callee(site.node)
+            if callee is None or callee.model is not model:
+                continue
+            target = callee.node
+            if isinstance(target, cst.ClassDef):
+                target = callee.function
+                if target is None:
+                    continue
+            sites.setdefault(target, []).append((site.node, callee.bound))
+        # Escapes: a name used other than as the callee of a call (a callback, an export).
+        result = {}
+        for target, calls in sites.items():
+            name = target.name.value
+            owner_class = model.parent(model.parent(target)) if _is_method(model, target) else None
+            if _escapes(model, target, name, owner_class, {c for c, _ in calls}):
+                continue
+            result[target] = calls
+        return result
+
+    def parameter_argument(self, call: cst.Call, function: cst.FunctionDef, name: str, bound: bool) -> Optional[cst.BaseExpression]:
+        """The expression a call passes for parameter `name` (or its default); None if unclear."""
+        params = function.params
+        positional = [*params.posonly_params, *params.params]
+        if bound and positional:
+            positional = positional[1:]
+        if any(arg.star for arg in call.args):
+            return None
+        index = 0
+        for arg in call.args:
+            if arg.keyword is None:
+                if index < len(positional) and positional[index].name.value == name:
+                    return arg.value
+                index += 1
+            elif arg.keyword.value == name:
+                return arg.value
+        for param in (*positional, *params.kwonly_params):
+            if param.name.value == name:
+                return param.default
+        return None
+
+    def is_generator(self, function: cst.FunctionDef) -> bool:
+        return function in self.model.generators
+
+    def own_returns(self, function: cst.FunctionDef) -> list[cst.Return]:
+        """The function's own return statements; empty when one returns nothing (None)."""
+        found = self.model.returns.get(function, [])
+        return found if all(statement.value is not None for statement in found) else []
+
+
+# --------------------------------------------------------------------------- helpers
+def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Optional[bool]:
+    from dplint.semantic import literal_value
+
+    if isinstance(test, cst.Name) and test.value in ("True", "False"):
+        return test.value == "True"
+    try:
+        return bool(literal_value(test))
+    except ValueError:
+        return None
+
+
+def _is_none(expr) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def _none_ness(expr) -> Optional[bool]:
+    """True for the literal None, False for a value that is never None, None when unknown."""
+    if expr is None:
+        return None
+    if _is_none(expr):
+        return True
+    if isinstance(expr, (cst.Call, cst.List, cst.Dict, cst.Tuple, cst.Lambda, cst.Integer, cst.Float,
+                         cst.SimpleString, cst.ConcatenatedString)):
+        return False
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return False
+    return None
+
+
+def _extend(state: list, conditions: Path) -> list:
+    return [(binding, _join(path, conditions)) for binding, path in state]
+
+
+def _merge(first: list, second: list) -> list:
+    out = list(first)
+    for entry in second:
+        if not any(b is entry[0] and p == entry[1] for b, p in out):
+            out.append(entry)
+    return _collapse(out)
+
+
+def _merge_all(states: list) -> Optional[list]:
+    live = [s for s in states if s is not None]
+    if not live:
+        return None
+    out = live[0]
+    for state in live[1:]:
+        out = _merge(out, state)
+    return out
+
+
+def _collapse(state: list) -> list:
+    """(b, c+x) and (b, c+not x) -> (b, c): the binding is live whichever way x went."""
+    changed = True
+    while changed:
+        changed = False
+        for i, (binding, path) in enumerate(state):
+            for j in range(i + 1, len(state)):
+                other, other_path = state[j]
+                if other is not binding or len(other_path) != len(path):
+                    continue
+                differ = [k for k, (a, b) in enumerate(zip(path, other_path)) if a != b]
+                if len(differ) == 1 and path[differ[0]].negated() == other_path[differ[0]]:
+                    merged = path[: differ[0]] + path[differ[0] + 1:]
+                    state = [e for k, e in enumerate(state) if k not in (i, j)] + [(binding, merged)]
+                    changed = True
+                    break
+            if changed:
+                break
+    deduped = []
+    for entry in state:
+        if not any(b is entry[0] and p == entry[1] for b, p in deduped):
+            deduped.append(entry)
+    return deduped
+
+
+def _inside(model: "SemanticModel", node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return node is container or any(a is container for a in model.ancestors(node))
+
+
+def _method_rank(model: "SemanticModel", node: cst.CSTNode) -> tuple:
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return (0 if ancestor.name.value in ("__init__", "setup", "__post_init__") else 1, model.order(node))
+    return (2, model.order(node))
+
+
+def _is_method(model: "SemanticModel", function: cst.FunctionDef) -> bool:
+    block = model.parent(function)
+    return isinstance(model.parent(block), cst.ClassDef) and not _is_static(function)
+
+
+def _is_static(function: cst.FunctionDef) -> bool:
+    return any(isinstance(d.decorator, cst.Name) and d.decorator.value in ("staticmethod", "classmethod")
+               for d in function.decorators)
+
+
+def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_class, calls: set) -> bool:
+    """A function whose callers we may not all see: decorated, or referenced other than as
+    a callee (a callback, `mp.spawn(main_worker, ...)`). Callers in other files are not
+    counted: the file's own calls are what its code shows."""
+    if target.decorators and not all(
+        isinstance(d.decorator, cst.Name) and d.decorator.value in ("staticmethod",) for d in target.decorators
+    ):
+        return True
+    callee_nodes = {c.func for c in calls}
+    callee_attrs = {c.func.attr for c in calls if isinstance(c.func, cst.Attribute)}
+    if name == "__init__" and isinstance(owner_class, cst.ClassDef):
+        # A constructor escapes with its class: subclassed, passed around, made elsewhere.
+        for node, _, _ in model.references.get(owner_class.name.value, ()):
+            if node is not owner_class.name and node not in callee_nodes:
+                return True
+        return False
+    for node, _, _ in model.references.get(name, ()):
+        parent = model.parent(node)
+        if node in callee_nodes or node in callee_attrs:
+            continue
+        if node is target.name:
+            continue
+        if isinstance(parent, cst.Attribute) and parent.attr is node and owner_class is None:
+            continue  # `obj.name`: another object's attribute
+        return True
+    return False
+
+
+def _element_index(model: "SemanticModel", targets, key: str) -> Optional[int]:
+    if len(targets) != 1 or not isinstance(targets[0], (cst.Tuple, cst.List)):
+        return None
+    elements = targets[0].elements
+    if any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    for index, element in enumerate(elements):
+        if model.binding_key(element.value, element.value) == key:
+            return index
+    return None
+
+
+def iter_values(values: list[Value]) -> Iterator[cst.BaseExpression]:
+    for value in values:
+        if value.expr is not None:
+            yield value.expr

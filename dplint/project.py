@@ -1,0 +1,273 @@
+"""The project: the other Python files a linted file imports from, found the way Python would.
+
+A rule that follows a value into `from samplers import pick_sampler` or
+`from .engine import train_one_epoch` asks `model.project.resolve(name, model)`; the answer is
+the other file's `SemanticModel` and the top-level definition the name denotes there, so the
+flow model continues in that file exactly as it does in this one.
+
+Resolution mirrors `sys.path` for a script run from its repository: the importing file's own
+folder first (Python puts a script's folder first), then each folder above it up to the
+project root (the first folder holding `.git`, `pyproject.toml`, `setup.py` or `setup.cfg`,
+or the folder a run was started on). Relative imports resolve against the importer's package.
+A name that no file of the project defines (torch, a third-party library, a module generated
+at run time) resolves to None: the value leaves the project and rules say nothing about it.
+
+Files are parsed lazily, only when a rule asks, and at most once per process; a helper file
+that the token pre-filter would skip is still read here when a linted file imports from it.
+Every file read for a linted file is recorded with its content hash (`dependencies`), so the
+cache can tell when a finding must be recomputed because an imported file changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from dplint.cache import content_key
+from dplint.source import SourceError, read_source
+
+if TYPE_CHECKING:  # LibCST is imported only when a file is really parsed (warm runs never are)
+    import libcst as cst
+
+    from dplint.semantic import SemanticModel
+
+ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+MAX_LEVELS_UP = 8  # folders searched above the importer's own, at most
+MAX_RE_EXPORTS = 8  # `from .x import y` chains followed through `__init__.py` files
+MAX_FILE_BYTES = 2_000_000  # generated giants are not where training logic lives
+# `from a.b import c, d` / `import a.b as x, e` at any indentation: what the pre-filter
+# follows without parsing (a cheap over-approximation; resolution proper needs the parse).
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(?:\(([^)]*)\)|([^\n#;]*))", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
+
+
+class Project:
+    """The files one run may resolve imports to; one instance per process and run."""
+
+    def __init__(self, roots: tuple[str, ...] = ()) -> None:
+        # Folders a run was started on: resolution never climbs above them.
+        self.roots = tuple(os.path.abspath(root) for root in roots)
+        self._models: dict[str, Optional[SemanticModel]] = {}
+        self._hashes: dict[str, str] = {}
+        self._found: dict[tuple[str, str], Optional[str]] = {}  # (folder, dotted module) -> file
+        self._resolved: dict[tuple[str, str], Optional[tuple[SemanticModel, cst.CSTNode]]] = {}
+        self._reading: Optional[set[str]] = None  # files read while linting the current file
+
+    # ------------------------------------------------------------------- bookkeeping
+    def register(self, model: SemanticModel, raw: Optional[bytes] = None) -> None:
+        """The file being linted: resolving back into it must give this very model."""
+        path = os.path.abspath(model.path)
+        self._models[path] = model
+        if raw is not None:
+            self._hashes[path] = content_key(raw)
+        model.project = self
+        self._reading = set()
+
+    def dependencies(self, linted_path: str) -> dict[str, str]:
+        """{path: content hash} of the other files read since `register` (for the cache)."""
+        own = os.path.abspath(linted_path)
+        return {path: self._hashes[path] for path in sorted(self._reading or ()) if path != own and path in self._hashes}
+
+    def model_for(self, path: str) -> Optional[SemanticModel]:
+        path = os.path.abspath(path)
+        if self._reading is not None:
+            self._reading.add(path)
+        if path in self._models:
+            return self._models[path]
+        self._models[path] = None  # also guards against import cycles while it is built
+        try:
+            source = read_source(path)
+        except SourceError:
+            return None
+        self._hashes[path] = content_key(source.raw)
+        if len(source.raw) > MAX_FILE_BYTES:
+            return None
+        import libcst as cst
+
+        from dplint.semantic import SemanticModel
+
+        try:
+            module = cst.parse_module(source.text)
+        except Exception:  # a helper file that does not parse only hides what it defines
+            return None
+        try:
+            model = SemanticModel(module, path)
+        except RecursionError:
+            return None
+        model.project = self
+        self._models[path] = model
+        return model
+
+    def model_owning(self, node: cst.CSTNode) -> Optional[SemanticModel]:
+        """The loaded model whose tree holds `node` (a finding may point into another file)."""
+        for model in self._models.values():
+            if model is not None and owns(model, node):
+                return model
+        return None
+
+    # ------------------------------------------------------------------- pre-filter
+    def imported_files(self, path: str, text: str) -> Iterator[str]:
+        """Project files that `text` (the file at `path`) may import, found without parsing."""
+        for match in _FROM_IMPORT.finditer(text):
+            module = match.group(1)
+            listed = match.group(2) if match.group(2) is not None else match.group(3)
+            names = [n.split()[0] for n in re.split(r"[,\\\n]", listed) if n.split() and n.split()[0] != "*"]
+            for name in (module, *(f"{module}.{n}" if not module.endswith(".") else module + n for n in names)):
+                yield from self._files_for_module(name, path)
+        for match in _IMPORT.finditer(text):
+            for part in match.group(1).split(","):
+                words = part.split()
+                if words:
+                    yield from self._files_for_module(words[0], path)
+
+    def import_closure(self, path: str, text: str, depth: int = 2, limit: int = 40) -> dict[str, str]:
+        """{path: text} of the project files reachable through imports, `depth` levels deep."""
+        found: dict[str, str] = {}
+        frontier = [(os.path.abspath(path), text)]
+        for _ in range(depth):
+            following = []
+            for importer, importer_text in frontier:
+                for other in self.imported_files(importer, importer_text):
+                    if other in found or other == os.path.abspath(path) or len(found) >= limit:
+                        continue
+                    try:
+                        source = read_source(other)
+                    except SourceError:
+                        continue
+                    if len(source.raw) > MAX_FILE_BYTES:
+                        continue
+                    self._hashes[other] = content_key(source.raw)
+                    found[other] = source.text
+                    following.append((other, source.text))
+            frontier = following
+        return found
+
+    def _files_for_module(self, name: str, importer_path: str) -> Iterator[str]:
+        if not name.strip("."):
+            return
+        for module_file, attributes in self._candidates(name, importer_path):
+            if not attributes:
+                yield os.path.abspath(module_file)
+                return
+
+    def hashes(self, paths) -> dict[str, str]:
+        return {path: self._hashes[path] for path in paths if path in self._hashes}
+
+    # -------------------------------------------------------------------- resolution
+    def resolve(self, qualified_name: str, importer: SemanticModel) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
+        """The model and top-level definition (FunctionDef, ClassDef or the binding statement)
+        that an imported dotted name denotes, or None when no project file defines it."""
+        if not qualified_name:
+            return None
+        key = (os.path.abspath(importer.path), qualified_name)
+        if key not in self._resolved:
+            self._resolved[key] = None  # cycles resolve to None
+            self._resolved[key] = self._resolve(qualified_name, importer, MAX_RE_EXPORTS)
+        found = self._resolved[key]
+        if found is not None and self._reading is not None:
+            self._reading.add(os.path.abspath(found[0].path))
+        return found
+
+    def _resolve(self, name: str, importer: SemanticModel, budget: int) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
+        for module_file, attributes in self._candidates(name, importer.path):
+            model = self.model_for(module_file)
+            if model is None:
+                continue
+            if not attributes:
+                return None  # the name is a module itself, not a value
+            found = self._definition(model, attributes, budget)
+            if found is not None:
+                return found
+        return None
+
+    def _definition(self, model: SemanticModel, attributes: list[str], budget: int) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
+        """`attributes[0]` at the top level of `model` (following its own imports)."""
+        first, rest = attributes[0], attributes[1:]
+        node = top_level_definition(model, first)
+        if node is not None:
+            if not rest:
+                return model, node
+            if type(node).__name__ == "ClassDef":
+                return _class_member(model, node, rest)
+            return None
+        imported = model.imports.get(first)
+        if imported is None or budget <= 0:
+            return None
+        dotted = imported + ("." + ".".join(rest) if rest else "")
+        return self._resolve(dotted, model, budget - 1)
+
+    def _candidates(self, name: str, importer_path: str):
+        """(file, remaining attributes) pairs for `name`, nearest folder first."""
+        parts = name.split(".")
+        importer_dir = os.path.dirname(os.path.abspath(importer_path))
+        if name.startswith("."):
+            dots = len(name) - len(name.lstrip("."))
+            base = importer_dir
+            for _ in range(dots - 1):
+                base = os.path.dirname(base)
+            bases = [base]
+            parts = name[dots:].split(".") if name[dots:] else []
+        else:
+            bases = list(self._search_folders(importer_dir))
+        for base in bases:
+            for cut in range(len(parts), 0, -1):
+                module_file = self._module_file(base, parts[:cut])
+                if module_file is not None:
+                    yield module_file, parts[cut:]
+                    break  # a deeper module shadows its package's attributes
+
+    def _search_folders(self, start: str):
+        folder = start
+        for _ in range(MAX_LEVELS_UP + 1):
+            yield folder
+            if folder in self.roots or any(os.path.exists(os.path.join(folder, marker)) for marker in ROOT_MARKERS):
+                return
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return
+            folder = parent
+
+    def _module_file(self, base: str, parts: list[str]) -> Optional[str]:
+        key = (base, ".".join(parts))
+        if key not in self._found:
+            stem = os.path.join(base, *parts)
+            found = None
+            for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+                if os.path.isfile(candidate):
+                    found = candidate
+                    break
+            self._found[key] = found
+        return self._found[key]
+
+
+def owns(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """Whether `node` belongs to this model's tree (and not to another file's)."""
+    return node is model.module or model.parent(node) is not None
+
+
+def top_level_definition(model: SemanticModel, name: str) -> Optional[cst.CSTNode]:
+    """The last module-level def, class or assignment statement binding `name`, or None."""
+    import libcst as cst
+
+    found = None
+    for binding in model.bindings.get(name, ()):
+        if binding.scope.kind != "module":
+            continue
+        if isinstance(binding.node, (cst.Import, cst.ImportFrom)):
+            found = None  # a re-export: the caller follows the import
+            continue
+        found = binding.node
+    return found
+
+
+def _class_member(model: SemanticModel, node: cst.ClassDef, rest: list[str]) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
+    import libcst as cst
+
+    if len(rest) != 1:
+        return None
+    for statement in node.body.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == rest[0]:
+            return model, statement
+    return None

@@ -1,0 +1,204 @@
+"""Score dplint on labelled public repositories (the real-world benchmark).
+
+Usage:
+    python tests/realworld/score.py --checkouts DIR [--dplint CMD] [--manifest F ...]
+    python tests/realworld/score.py --checkouts DIR --list-unjudged
+
+DIR holds one folder per repository, named ``owner__name@commit10``, with the
+repository's files at that commit (see checkout.sh).  For each folder that the
+manifest names, dplint runs once at the folder's root, the way a user runs it
+(``dplint check --output-format json --exit-zero --no-cache .``), so findings
+that need several files count.
+
+Matching: a finding matches a row when the rule slug and the path agree and its
+line is within 2 lines of one of the row's ``lines``; a ``clean`` row with no
+lines covers the whole file.  A matched ``flag`` row is a true positive, an
+unmatched one a false negative; a finding on a ``clean`` row is a false
+positive.  Findings on a (path, rule) pair that no row judges are listed as
+unjudged and not counted, so that judging stays complete.  Rows marked
+``ambiguous`` are reported apart and not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_MANIFESTS = [HERE / "cases.jsonl", HERE / "cases-b.jsonl"]
+LINE_SLACK = 2
+
+
+def load_rows(paths):
+    """Rows of every manifest file that exists, in order; duplicates kept once."""
+    rows, seen = [], set()
+    for path in paths:
+        path = Path(path)
+        if not path.exists():
+            continue
+        for number, text in enumerate(path.read_text().splitlines(), 1):
+            if not text.strip():
+                continue
+            row = json.loads(text)
+            key = (row["repo"], row["commit"], row["path"], row["rule"],
+                   row["expect"], tuple(row["lines"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            row["_where"] = f"{path.name}:{number}"
+            rows.append(row)
+    return rows
+
+
+def folder_name(repo, commit):
+    return f"{repo.replace('/', '__')}@{commit[:10]}"
+
+
+def run_dplint(dplint_cmd, folder):
+    """dplint's findings at a checkout's root, as (path, slug, line, message)."""
+    command = shlex.split(dplint_cmd) + [
+        "check", "--output-format", "json", "--exit-zero", "--no-cache", "."]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"dplint failed in {folder}:\n{done.stderr}")
+    findings = []
+    for item in json.loads(done.stdout or "[]"):
+        path = Path(item["filename"])
+        if path.is_absolute():
+            path = path.relative_to(Path(folder).resolve())
+        findings.append((path.as_posix().removeprefix("./"), item["name"],
+                         item["location"]["row"], item["message"]))
+    return findings
+
+
+def matches(row, line):
+    if not row["lines"]:
+        return row["expect"] == "clean"
+    return any(abs(line - wanted) <= LINE_SLACK for wanted in row["lines"])
+
+
+def score_folder(rows, findings):
+    """Per-rule counts and the listed outcomes for one checkout's rows."""
+    by_key = defaultdict(list)
+    for row in rows:
+        by_key[(row["path"], row["rule"])].append(row)
+    counts = defaultdict(lambda: {"tp": 0, "fp": 0, "fn": 0})
+    events = {"tp": [], "fp": [], "fn": [], "unjudged": [], "ambiguous": []}
+    hit_rows = set()
+    for path, rule, line, message in findings:
+        candidates = [r for r in by_key.get((path, rule), []) if matches(r, line)]
+        if not candidates:
+            events["unjudged"].append((path, rule, line, message))
+            continue
+        for row in candidates:
+            hit_rows.add(id(row))
+        judged = [r for r in candidates if not r.get("ambiguous")]
+        if not judged:
+            events["ambiguous"].append((candidates[0], line, "reported"))
+        elif any(r["expect"] == "flag" for r in judged):
+            pass  # counted once per flag row below
+        else:
+            counts[rule]["fp"] += 1
+            events["fp"].append((judged[0], line))
+    for row in rows:
+        if row["expect"] != "flag":
+            continue
+        if row.get("ambiguous"):
+            if id(row) not in hit_rows:
+                events["ambiguous"].append((row, None, "silent"))
+            continue
+        if id(row) in hit_rows:
+            counts[row["rule"]]["tp"] += 1
+            events["tp"].append(row)
+        else:
+            counts[row["rule"]]["fn"] += 1
+            events["fn"].append(row)
+    return counts, events
+
+
+def ratio(num, den):
+    return num / den if den else float("nan")
+
+
+def describe(row):
+    lines = ",".join(map(str, row["lines"])) or "whole file"
+    return f"{row['repo']}@{row['commit'][:10]} {row['path']}:{lines} {row['rule']}: {row['note']}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkouts", required=True, type=Path)
+    parser.add_argument("--dplint", default="dplint", help="command that runs dplint")
+    parser.add_argument("--manifest", action="append", type=Path,
+                        help="manifest file(s); default cases.jsonl and cases-b.jsonl")
+    parser.add_argument("--list-unjudged", action="store_true",
+                        help="only list findings that no row judges, as path:line rule message")
+    parser.add_argument("--quiet", action="store_true", help="no per-case lists")
+    parser.add_argument("--only", metavar="TEXT", help="score only checkouts whose folder name contains TEXT")
+    args = parser.parse_args(argv)
+
+    rows = load_rows(args.manifest or DEFAULT_MANIFESTS)
+    by_folder = defaultdict(list)
+    for row in rows:
+        name = folder_name(row["repo"], row["commit"])
+        if not args.only or args.only in name:
+            by_folder[name].append(row)
+
+    started = time.perf_counter()
+    totals = defaultdict(lambda: {"tp": 0, "fp": 0, "fn": 0})
+    listed = {"tp": [], "fp": [], "fn": [], "unjudged": [], "ambiguous": []}
+    missing = []
+    for name in sorted(by_folder):
+        folder = args.checkouts / name
+        if not folder.is_dir():
+            missing.append(name)
+            continue
+        counts, events = score_folder(by_folder[name], run_dplint(args.dplint, folder))
+        for rule, c in counts.items():
+            for k in c:
+                totals[rule][k] += c[k]
+        for k in listed:
+            listed[k].extend((name, e) for e in events[k])
+    elapsed = time.perf_counter() - started
+
+    if args.list_unjudged:
+        for name, (path, rule, line, message) in listed["unjudged"]:
+            print(f"{name}/{path}:{line} {rule}: {message}")
+        return 0
+
+    if missing:
+        print(f"missing checkouts ({len(missing)}): " + " ".join(missing))
+    if not args.quiet:
+        for name, (row, line) in listed["fp"]:
+            print(f"FP  line {line}: {describe(row)}")
+        for name, row in listed["fn"]:
+            print(f"FN  {describe(row)}")
+        for name, (row, line, how) in listed["ambiguous"]:
+            print(f"AMBIGUOUS ({how}{'' if line is None else f' at {line}'}): {describe(row)}")
+        for name, (path, rule, line, message) in listed["unjudged"]:
+            print(f"UNJUDGED {name}/{path}:{line} {rule}")
+    print(f"\n{'rule':28} {'tp':>4} {'fp':>4} {'fn':>4} {'precision':>9} {'recall':>7}")
+    tp = fp = fn = 0
+    for rule in sorted(totals):
+        c = totals[rule]
+        tp, fp, fn = tp + c["tp"], fp + c["fp"], fn + c["fn"]
+        print(f"{rule:28} {c['tp']:>4} {c['fp']:>4} {c['fn']:>4} "
+              f"{ratio(c['tp'], c['tp'] + c['fp']):>9.2f} {ratio(c['tp'], c['tp'] + c['fn']):>7.2f}")
+    scored = [name for name in by_folder if name not in missing]
+    print(f"\nrepositories {len({name.split('@')[0] for name in scored})} "
+          f"({len(scored)} checkouts), rows {len(rows)}, "
+          f"unjudged findings {len(listed['unjudged'])}, ambiguous rows "
+          f"{sum(1 for r in rows if r.get('ambiguous'))}, {elapsed:.1f} s")
+    print(f"realworld: precision {ratio(tp, tp + fp):.2f} recall {ratio(tp, tp + fn):.2f} "
+          f"({tp}/{fp}/{fn})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""The value-flow model (`dplint.flow`): reaching definitions with branch conditions, values
+across functions and classes, and the cross-file hook through `model.project`."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Optional
+
+import libcst as cst
+
+from dplint.data import sampler_with_true_shuffle
+from dplint.flow import Condition, consistent
+from dplint.rules.missing_set_epoch import MissingSetEpoch
+from dplint.semantic import SemanticModel
+
+
+def model_of(code: str, path: str = "<string>") -> SemanticModel:
+    return SemanticModel(cst.parse_module(textwrap.dedent(code)), path)
+
+
+def call_named(model: SemanticModel, name: str, nth: int = 0) -> cst.Call:
+    return [s.node for s in model.calls if model.code(s.node.func) == name][nth]
+
+
+def keyword(call: cst.Call, name: str) -> cst.BaseExpression:
+    return next(a.value for a in call.args if a.keyword is not None and a.keyword.value == name)
+
+
+def shown(model: SemanticModel, values) -> list[tuple[Optional[str], tuple]]:
+    return [
+        (v.model.code(v.expr) if v.expr is not None else None, tuple((c.test, c.holds) for c in v.conditions))
+        for v in values
+    ]
+
+
+def test_all_reaching_bindings_with_their_branch_conditions():
+    model = model_of(
+        """
+        def build(ds, distributed):
+            sampler = None
+            if distributed:
+                sampler = DistributedSampler(ds)
+            use(sampler)
+        """
+    )
+    use = call_named(model, "use")
+    assert shown(model, model.flow.values_at(use.args[0].value, use)) == [
+        ("DistributedSampler(ds)", (("distributed", True),)),
+        ("None", (("distributed", False),)),
+    ]
+
+
+def test_if_else_elif_and_conditional_expression():
+    model = model_of(
+        """
+        if a:
+            x = 1
+        elif not b:
+            x = 2
+        else:
+            x = 3
+        y = P() if c else None
+        use(x, y)
+        """
+    )
+    use = call_named(model, "use")
+    assert shown(model, model.flow.values_at(use.args[0].value, use)) == [
+        ("1", (("a", True),)),
+        ("2", (("a", False), ("b", False))),
+        ("3", (("a", False), ("b", True))),
+    ]
+    assert shown(model, model.flow.values_at(use.args[1].value, use)) == [("P()", (("c", True),)), ("None", (("c", False),))]
+
+
+def test_static_branches_close_and_code_after_return_is_not_reached():
+    model = model_of(
+        """
+        def f():
+            x = 1
+            if False:
+                x = 2
+            if True:
+                pass
+            else:
+                x = 3
+            use(x)
+            return x
+            x = 4
+        """
+    )
+    use = call_named(model, "use")
+    assert shown(model, model.flow.values_at(use.args[0].value, use)) == [("1", ())]
+
+
+def test_a_binding_in_both_branches_is_unconditional_again():
+    model = model_of(
+        """
+        x = 1
+        if c:
+            y = 2
+        else:
+            y = 3
+        use(x)
+        try:
+            z = A()
+        except ValueError:
+            z = None
+        use(z)
+        """
+    )
+    first, second = [s.node for s in model.calls if model.code(s.node.func) == "use"]
+    assert shown(model, model.flow.values_at(first.args[0].value, first)) == [("1", ())]
+    assert {text for text, _ in shown(model, model.flow.values_at(second.args[0].value, second))} == {"A()", "None"}
+
+
+def test_conditions_are_judged_together_for_sampler_and_shuffle():
+    model = model_of(
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        def bad(ds, distributed):
+            sampler = DistributedSampler(ds) if distributed else None
+            return DataLoader(ds, shuffle=True, sampler=sampler)
+        def by_flag(ds, distributed):
+            if distributed:
+                sampler, shuffle = DistributedSampler(ds), False
+            else:
+                sampler, shuffle = None, True
+            return DataLoader(ds, shuffle=shuffle, sampler=sampler)
+        def by_sampler(ds, distributed):
+            sampler = DistributedSampler(ds) if distributed else None
+            return DataLoader(ds, shuffle=sampler is None, sampler=sampler)
+        def negated(ds, distributed):
+            return DataLoader(ds, shuffle=not distributed, sampler=DistributedSampler(ds) if distributed else None)
+        """
+    )
+    loaders = [s.node for s in model.calls if model.code(s.node.func) == "DataLoader"]
+    flagged = [sampler_with_true_shuffle(model, loader) is not None for loader in loaders]
+    assert flagged == [True, False, False, False]
+
+
+def test_truth_on_a_path():
+    model = model_of("x = True if c else False\nuse(x)\n")
+    use = call_named(model, "use")
+    arg = use.args[0].value
+    on_c = (model.flow.condition(cst.parse_expression("c")),)
+    assert model.flow.truth(arg, use) is None
+    assert model.flow.truth(arg, use, on_c) is True
+    assert model.flow.truth(arg, use, (on_c[0].negated(),)) is False
+    assert consistent(on_c, on_c) and not consistent(on_c, (on_c[0].negated(),))
+    assert Condition("c", True).negated() == Condition("c", False)
+
+
+def test_return_values_tuples_and_pass_through_helpers():
+    model = model_of(
+        """
+        import torch
+        import torch.nn as nn
+        def make(ds):
+            s = DistributedSampler(ds)
+            return DataLoader(ds, sampler=s), DataLoader(ds)
+        def on_gpu(module):
+            return module.cuda() if torch.cuda.is_available() else module
+        train_dl, val_dl = make(ds)
+        model = on_gpu(nn.DataParallel(net))
+        use(train_dl, model)
+        """
+    )
+    use = call_named(model, "use")
+    assert shown(model, model.flow.values_at(use.args[0].value, use)) == [("DataLoader(ds, sampler=s)", ())]
+    assert model.wrapping_bound_to(use.args[1].value, use) is model.wrappings[0]
+    assert model.flow.wrapped_on_every_path(use.args[1].value, use)
+
+
+def test_parameters_follow_the_only_caller_and_constructor_arguments_reach_self():
+    model = model_of(
+        """
+        class Runner:
+            def __init__(self, net, loader):
+                self.net = net
+                self.loader = loader
+            def fit(self):
+                use(self.loader, self.net)
+        def helper(x, y=3):
+            use(x, y)
+        Runner(Net(), loader=DataLoader(ds))
+        helper(1)
+        """
+    )
+    in_fit, in_helper = [s.node for s in model.calls if model.code(s.node.func) == "use"]
+    assert shown(model, model.flow.values_at(in_fit.args[0].value, in_fit)) == [("DataLoader(ds)", ())]
+    assert shown(model, model.flow.values_at(in_fit.args[1].value, in_fit)) == [("Net()", ())]
+    assert shown(model, model.flow.values_at(in_helper.args[0].value, in_helper)) == [("1", ())]
+    assert shown(model, model.flow.values_at(in_helper.args[1].value, in_helper)) == [("3", ())]
+
+
+def test_callers_that_differ_or_escapes_say_nothing():
+    model = model_of(
+        """
+        def step(m):
+            use(m)
+        step(a)
+        step(b)
+        def worker(rank):
+            use(rank)
+        spawn(worker, nprocs=2)
+        worker(0)
+        """
+    )
+    in_step, in_worker = [s.node for s in model.calls if model.code(s.node.func) == "use"]
+    assert shown(model, model.flow.values_at(in_step.args[0].value, in_step)) == [(None, ())]
+    assert shown(model, model.flow.values_at(in_worker.args[0].value, in_worker)) == [(None, ())]
+
+
+def test_tuple_target_is_a_store():
+    model = model_of(
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        train_sampler, val_sampler = None, None
+        if distributed:
+            train_sampler = DistributedSampler(train_ds)
+        loader = DataLoader(train_ds, sampler=train_sampler)
+        for epoch in range(3):
+            for x in loader:
+                model(x).sum().backward()
+        """
+    )
+    (finding,) = MissingSetEpoch().check(model)
+    assert model.position(finding.node)[0].line == 5 and finding.fix is None
+
+
+def test_relative_and_star_imports():
+    model = model_of(
+        """
+        from .data import build_loader
+        from . import utils
+        from ..common.io import save as store
+        from project_common import *
+        from torch.nn import *
+        a = build_loader()
+        b = torch.utils.data.DistributedSampler(ds)
+        c = DataParallel(net)
+        """
+    )
+    assert model.imports["build_loader"] == ".data.build_loader"
+    assert model.imports["utils"] == ".utils"
+    assert model.imports["store"] == "..common.io.save"
+    assert [site.qualified_name for site in model.calls] == [
+        ".data.build_loader",
+        "torch.utils.data.DistributedSampler",
+        "torch.nn.DataParallel",
+    ]
+
+
+class FakeProject:
+    """What the project runner provides: qualified name -> (model, top-level node)."""
+
+    def __init__(self, **files: str) -> None:
+        self.models = {name: model_of(code, f"{name}.py") for name, code in files.items()}
+        for model in self.models.values():
+            model.project = self
+
+    def resolve(self, qualified_name: str, importer: SemanticModel):
+        module, _, name = qualified_name.lstrip(".").rpartition(".")
+        model = self.models.get(module)
+        if model is None:
+            return None
+        for statement in model.module.body:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name:
+                return model, statement
+        return None
+
+
+SAMPLERS = """
+    from torch.utils.data import DistributedSampler, RandomSampler
+
+
+    def pick_sampler(ds, distributed):
+        if distributed:
+            return DistributedSampler(ds, shuffle=True)
+        return RandomSampler(ds)
+"""
+TRAIN = """
+    from torch.utils.data import DataLoader
+
+    from samplers import pick_sampler
+
+
+    def main(model, opt, ds, distributed, epochs):
+        loader = DataLoader(ds, batch_size=32, sampler=pick_sampler(ds, distributed))
+        for epoch in range(epochs):
+            for x, y in loader:
+                opt.zero_grad()
+                model(x, y).backward()
+                opt.step()
+"""
+
+
+def test_cross_file_values_carry_their_model():
+    project = FakeProject(samplers=SAMPLERS, train=TRAIN)
+    train = project.models["train"]
+    loader = call_named(train, "DataLoader")
+    values = train.flow.values_at(keyword(loader, "sampler"), loader)
+    assert [(v.model.path, v.model.code(v.expr)) for v in values] == [
+        ("samplers.py", "DistributedSampler(ds, shuffle=True)"),
+        ("samplers.py", "RandomSampler(ds)"),
+    ]
+    assert [v.model.qualified_name(v.expr.func) for v in values] == [
+        "torch.utils.data.DistributedSampler",
+        "torch.utils.data.RandomSampler",
+    ]
+
+
+def test_sampler_factory_in_another_file_g6():
+    project = FakeProject(samplers=SAMPLERS, train=TRAIN)
+    train = project.models["train"]
+    (finding,) = MissingSetEpoch().check(train)
+    assert train.position(finding.node)[0].line == 8 and finding.fix is None  # (a blank first line)
+    guarded = TRAIN.replace(
+        "            for x, y in loader:",
+        "            if distributed:\n                loader.sampler.set_epoch(epoch)\n            for x, y in loader:",
+    )
+    project = FakeProject(samplers=SAMPLERS, train=guarded)
+    assert list(MissingSetEpoch().check(project.models["train"])) == []
+    alone = model_of(TRAIN)  # without a project the factory is unknown code: silent
+    assert list(MissingSetEpoch().check(alone)) == []
+
+
+def test_loop_iteration_and_backward_in_different_functions():
+    model = model_of(
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        class Trainer:
+            def __init__(self, ds):
+                self.loader = DataLoader(ds, sampler=DistributedSampler(ds))
+            def _step(self, batch):
+                self.model(batch).sum().backward()
+            def _epoch(self):
+                for batch in self.loader:
+                    self._step(batch)
+            def fit(self, n):
+                for epoch in range(n):
+                    self._epoch()
+        """
+    )
+    (finding,) = MissingSetEpoch().check(model)
+    assert finding.fix is None
+
+
+def test_the_flow_model_is_built_lazily_and_once():
+    model = model_of("x = 1\n")
+    assert model._flow is None
+    assert model.flow is model.flow
