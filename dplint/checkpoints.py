@@ -432,6 +432,10 @@ def _shape_parts(model, expr, at, depth) -> Optional[list[str]]:
             part = _shape_parts(model, arg.value, value_at, depth - 1)
             pieces.append("".join(part) if part is not None else "*")
         return ["/".join(pieces)]
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):  # `out + "/last.pt"`
+        left = _shape_parts(model, value.left, value_at, depth - 1)
+        right = _shape_parts(model, value.right, value_at, depth - 1)
+        return None if left is None or right is None else left + right
     if value is None or value is expr and not isinstance(value, (cst.SimpleString, cst.ConcatenatedString)):
         return ["*"]
     return None
@@ -509,12 +513,39 @@ def _find_saved_parameters(model: SemanticModel, function: cst.FunctionDef, dept
         if site.qualified_name != TORCH_SAVE or enclosing_def(model, site.node) is not function:
             continue
         call = site.node
+        if _forwards_star_args(call, function):
+            # `def save_on_master(*args, **kwargs): torch.save(*args, **kwargs)`: the caller's
+            # first two arguments are what torch.save gets.
+            yield SavedParameter(FORWARDED_OBJECT, (), CheckpointPath(None, None, "?"), FORWARDED_PATH)
+            continue
         target = argument(call, 1, "f")
         path = checkpoint_path(model, target, call)
         binding = model.binding_at(target.value, call) if isinstance(target, cst.Name) else None
         path_parameter = target.value if binding is not None and isinstance(binding.node, cst.Param) else None
         for name, keys in _parameter_entries(model, argument(call, 0, "obj"), call, (), params, MAX_DEPTH):
             yield SavedParameter(name, keys, path, path_parameter)
+
+
+FORWARDED_OBJECT, FORWARDED_PATH = "*obj", "*f"  # torch.save's arguments, forwarded by `*args`
+
+
+def _forwards_star_args(call: cst.Call, function: cst.FunctionDef) -> bool:
+    star = function.params.star_arg
+    return (
+        isinstance(star, cst.Param)
+        and bool(call.args)
+        and call.args[0].star == "*"
+        and isinstance(call.args[0].value, cst.Name)
+        and call.args[0].value.value == star.name.value
+    )
+
+
+def _forwarded(call: cst.Call, name: str, bound: bool) -> Optional[cst.BaseExpression]:
+    """The caller's argument that a `*args`-forwarding helper hands torch.save as `obj` / `f`."""
+    position = (0 if name == FORWARDED_OBJECT else 1) - (1 if bound else 0)
+    if position < 0:
+        return None
+    return argument(call, position, "obj" if name == FORWARDED_OBJECT else "f")
 
 
 def _parameter_entries(model, expr, at, keys, params, depth):
@@ -559,6 +590,9 @@ def called_function(model: SemanticModel, call: cst.Call):
     func = call.func
     if not isinstance(func, cst.Attribute):
         return None
+    module_function = _project_module_function(model, func)
+    if module_function is not None:
+        return module_function
     try:
         instances = model.flow.values_at(func.value, call)
     except Exception:
@@ -580,17 +614,43 @@ def called_function(model: SemanticModel, call: cst.Call):
     return found
 
 
+def _project_module_function(model: SemanticModel, func: cst.Attribute):
+    """`utils.save_on_master` / `misc.save_checkpoint` with `import utils` / `from util import
+    misc`: the function of that project module (needs a project)."""
+    qualified = model.qualified_name(func)
+    project = getattr(model, "project", None)
+    if qualified is None or project is None or qualified.startswith("torch."):
+        return None
+    try:
+        found = project.resolve(qualified, model)
+    except Exception:
+        return None
+    if found is None or not isinstance(found[1], cst.FunctionDef):
+        return None
+    return found[0], found[1], False
+
+
 def _saved_through_helper(model: SemanticModel, call: cst.Call):
     """`Saver(out).dump(ddp.state_dict(), step)` / `save_checkpoint({"model": ddp.state_dict()})`:
     a wrapper's state dict handed to a function that saves that parameter."""
     candidates = [arg for arg in call.args if not arg.star]
-    if not any(_may_hold_state_dict(arg.value) for arg in candidates):
-        return
+    if not any(_may_hold_state_dict(model, arg.value, call, 2) for arg in candidates):
+        return  # cheap: most calls hand over no state dict, and resolving callees costs
     target = called_function(model, call)
     if target is None:
         return
     other, function, bound = target
     for saved in saved_parameters(other, function):
+        if saved.name == FORWARDED_OBJECT:
+            passed = _forwarded(call, FORWARDED_OBJECT, bound)
+            forwarded_path = _forwarded(call, FORWARDED_PATH, bound)
+            if passed is None:
+                continue
+            path = checkpoint_path(model, forwarded_path, call) if forwarded_path is not None else saved.path
+            for entry in _saved_entries(model, call, path, passed, call, (), False, MAX_DEPTH):
+                entry.through_helper = True
+                yield entry
+            continue
         passed = model.flow.parameter_argument(call, function, saved.name, bound)
         if passed is None or passed is _default_of(function, saved.name):
             continue
@@ -607,9 +667,22 @@ def _saved_through_helper(model: SemanticModel, call: cst.Call):
             yield entry
 
 
-def _may_hold_state_dict(expr: cst.BaseExpression) -> bool:
-    """A cheap test before resolving a callee: the argument names a state dict, a dict or a name."""
-    return isinstance(expr, (cst.Call, cst.Dict, cst.Name, cst.Attribute))
+def _may_hold_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> bool:
+    """A cheap test before resolving a callee: the argument spells `.state_dict`, or a name
+    whose last assignment does (`state = {"model": ddp.state_dict()}`)."""
+    stack = [expr] if expr is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and node.attr.value == "state_dict":
+            return True
+        if isinstance(node, cst.Name) and depth > 0:
+            value = model.value_at(node, at)
+            if value is not None and value is not node and _may_hold_state_dict(model, value, at, depth - 1):
+                return True
+        if isinstance(node, (cst.Lambda, cst.BaseComp)):
+            continue
+        stack.extend(node.children)
+    return False
 
 
 def _default_of(function: cst.FunctionDef, name: str):

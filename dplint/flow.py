@@ -2,7 +2,7 @@
 functions and classes of a file and, through ``model.project``, across files.
 
 One ``Flow`` per ``SemanticModel`` (``model.flow``), built lazily: nothing here runs until
-a rule asks, and every answer is memoised. It is small and in our domain (wrappers,
+a rule asks, and the walks behind the answers are memoised. It is small and in our domain (wrappers,
 samplers, loaders, state dicts), not a type checker.
 
 API (rule-facing; ``at`` is the node where the question is asked, default the expression):
@@ -36,15 +36,25 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   value, the wrapping it is (None: not a wrapper, or unknown).
   ``wrapped_on_some_path(expr, at) -> Optional[Wrapping]`` and
   ``wrapped_on_every_path(expr, at) -> bool`` read it.
-* ``model.flow.callee(call) -> Optional[Callee]`` - the same-file (or, with a project, other
-  file) function or class a call runs: ``Callee(model, node, bound)``; ``bound`` when the
-  first parameter is the instance (``self.m()``, ``Cls(...)`` -> ``__init__``).
-* ``model.flow.call_sites(function) -> Optional[list[cst.Call]]`` - the calls of a same-file
+* ``model.flow.callee(call, local=False) -> Optional[Callee]`` - the same-file (or, unless
+  ``local``, another project file's) function or class a call runs: ``f()``, ``Cls()``,
+  ``self.m()``, ``obj.m()`` where ``obj = Cls(...)`` of this file. ``Callee(model, node,
+  bound)``; ``bound`` when the first parameter is the instance; ``.function`` is the def
+  that runs (a class's ``__init__``).
+* ``model.flow.call_sites(function) -> Optional[list[(cst.Call, bound)]]`` - the calls of a same-file
   function (or of a class's constructor); None when it escapes (passed as a value,
   decorated).
 * ``model.flow.parameter_argument(call, function, name, bound) -> Optional[expr]`` - the
   argument (or default) a call gives a parameter; None when star-args make it unclear.
-* ``model.flow.returned_values(callee, call) -> list[Value]`` / ``is_generator(function)``.
+* ``model.flow.returned_values(callee, call) -> list[Value]``, ``own_returns(function)``,
+  ``is_generator(function)``; ``condition(test) -> Condition``.
+* ``dplint.data``: ``sampler_with_true_shuffle(model, loader)``, ``loader_argument(model,
+  loader, "shuffle"|"sampler"|"batch_sampler")``, ``returns_shuffling_sampler(model, call)``,
+  ``trace_sampler(model, sampler) -> SamplerFlow`` (``iterations: list[Iteration]``).
+
+Cost: nothing is computed until asked; reaching definitions are one walk of the owning
+scope per (scope, name), memoised; call sites are collected once per file; a values_at
+question stops after 400 steps (answering "unknown").
 
 Cross-file hook: ``model.project`` (None by default) may provide
 ``resolve(qualified_name, importer) -> Optional[(SemanticModel, node)]``; imports are
@@ -56,7 +66,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import libcst as cst
 
@@ -140,6 +150,7 @@ class Flow:
         self._records: dict[tuple, dict] = {}  # (owner scope, key, method) -> statement -> state
         self._statement_bindings: dict[tuple, dict] = {}
         self._call_sites: Optional[dict] = None
+        self._methods: Optional[set] = None
         self._active = 0  # values_at calls in progress (0: the next one is a new question)
         self._steps = 0
 
@@ -517,7 +528,9 @@ class Flow:
                 except ValueError:
                     return None
                 continue
-            answers.add(value.model.flow.truth(value.expr, value.expr, value.conditions if value.model is not self.model else _join(path, value.conditions)))
+            # The value's own truth, on this path (another file's conditions are its own).
+            on_path = _join(path, value.conditions) if value.model is self.model else value.conditions
+            answers.add(value.model.flow.truth(value.expr, value.expr, on_path))
         if len(answers) != 1:
             return None
         return answers.pop()
@@ -540,13 +553,14 @@ class Flow:
         return bool(found) and all(w is not None for w, _ in found)
 
     # ------------------------------------------------------------------- functions
-    def callee(self, call: cst.Call) -> Optional[Callee]:
-        """The function or class of this file (or of the project) that `call` runs."""
+    def callee(self, call: cst.Call, local: bool = False) -> Optional[Callee]:
+        """The function or class of this file (or, unless `local`, of the project) that
+        `call` runs."""
         model = self.model
         func = call.func
         if isinstance(func, cst.Name):
             name = func.value
-            if name not in model.functions and name not in model.classes and name not in model.imports:
+            if name not in model.functions and name not in model.classes and (local or name not in model.imports):
                 return None
             reaching = self.reaching(name, call)
             if len({id(binding) for binding, _ in reaching}) != 1:
@@ -556,7 +570,7 @@ class Flow:
                     return Callee(model, binding.node, _is_method(model, binding.node))
                 if isinstance(binding.node, cst.ClassDef):
                     return Callee(model, binding.node, True)
-                if isinstance(binding.node, cst.ImportFrom):
+                if isinstance(binding.node, cst.ImportFrom) and not local:
                     resolved = self.resolve_import(name)
                     if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
                         return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
@@ -568,7 +582,27 @@ class Flow:
                 method = class_method(scope.class_scope.node, func.attr.value)
                 if method is not None and not _is_static(method):
                     return Callee(model, method, True)
+                return None
+        if isinstance(func, cst.Attribute) and func.attr.value in self._method_names():
+            # `trainer.fit()` where `trainer = Trainer(...)`, a class of this file.
+            values = self.values_at(func.value, call)
+            if len(values) == 1 and isinstance(values[0].expr, cst.Call) and values[0].model is model:
+                made = self.callee(values[0].expr, local=True)
+                if made is not None and isinstance(made.node, cst.ClassDef):
+                    method = class_method(made.node, func.attr.value)
+                    if method is not None and not _is_static(method):
+                        return Callee(model, method, True)
         return None
+
+    def _method_names(self) -> set:
+        if self._methods is None:
+            self._methods = {
+                statement.name.value
+                for node in self.model.classes.values()
+                for statement in (node.body.body if isinstance(node.body, cst.IndentedBlock) else ())
+                if isinstance(statement, cst.FunctionDef)
+            }
+        return self._methods
 
     def call_sites(self, function: cst.CSTNode) -> Optional[list[tuple[cst.Call, bool]]]:
         """(call, bound) for every call of a same-file function or class (its constructor);
@@ -581,7 +615,7 @@ class Flow:
         model = self.model
         sites: dict = {}
         for site in model.calls:
-            callee = self.callee(site.node)
+            callee = self.callee(site.node, local=True)
             if callee is None or callee.model is not model:
                 continue
             target = callee.node
@@ -766,9 +800,3 @@ def _element_index(model: "SemanticModel", targets, key: str) -> Optional[int]:
         if model.binding_key(element.value, element.value) == key:
             return index
     return None
-
-
-def iter_values(values: list[Value]) -> Iterator[cst.BaseExpression]:
-    for value in values:
-        if value.expr is not None:
-            yield value.expr

@@ -208,7 +208,7 @@ class MissingSetEpoch(Rule):
                     "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
                     "start of each epoch"
                 ),
-                fix=self._fix(model, flow, epoch_loops) if built_here and all(it.fixable and it.model is model for it in training) else None,
+                fix=self._fix(model, flow, epoch_loops) if built_here and all(_fixable_here(model, it) for it in training) else None,
             )
 
     @staticmethod
@@ -229,6 +229,11 @@ class MissingSetEpoch(Rule):
             f"Call `{sampler}.set_epoch({epoch})` at the start of each epoch",
             (Edit(first, f"{sampler}.set_epoch({epoch})", EditKind.INSERT_BEFORE_STATEMENT),),
         )
+
+
+def _fixable_here(model: SemanticModel, iteration) -> bool:
+    """A `for` over the loader inside its epoch loop, in this file: the loop variable counts epochs."""
+    return iteration.fixable and iteration.model is model
 
 
 def _reseeded_each_epoch(model: SemanticModel, sampler: cst.Call, epoch_loops: list[list[cst.CSTNode]]) -> bool:

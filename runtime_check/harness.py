@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: where a stuck run is, in the log
     with open((sys.argv[1:] if argv is None else argv)[0], encoding="utf-8") as handle:
         plan = json.load(handle)
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]  # `-m` put the launch folder there; a script's run has its own folder instead
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     variants = plan["variants"]

@@ -147,7 +147,7 @@ def install(recorder: Recorder, ranks: int = 1) -> None:
     torch.device = device
 
     # ------------------------------------------------------------------ modules and DDP
-    original_module_to, original_module_cuda = nn.Module.to, nn.Module.cuda
+    original_module_to = nn.Module.to
 
     def module_to(self, *args, **kwargs):
         args = tuple(to_cpu(arg, ".to(device) -> cpu") if index == 0 else arg for index, arg in enumerate(args))

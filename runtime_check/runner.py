@@ -292,7 +292,6 @@ def prepare(variant: Variant, script: str, root: str, cwd: str, workdir: str) ->
 def run_variants(script: str, script_args: list[str], variants: list[Variant], report: Report, workdir: str,
                  root: str, cwd: str, session: str, progress: Progress) -> None:
     """Runs every variant (in as few processes as they allow) and sets each one's view."""
-    options = report.options
     entries = {v.label: dict(prepare(v, script, root, cwd, workdir), args=list(script_args)) for v in variants}
     pending = list(variants)
     begin = time.monotonic()

@@ -534,6 +534,39 @@ def test_save_through_a_same_file_helper_links_save_and_load():
     assert "`save_checkpoint(...)` saves `ddp.state_dict()`" in [f.message for f in lint(code, select=["DPL006"])][0]
 
 
+def test_save_through_a_star_args_forwarding_helper():
+    code = (
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "def save_on_master(*args, **kwargs):\n"
+        "    if dist.get_rank() == 0:\n"
+        "        torch.save(*args, **kwargs)\n"
+        "model = DDP(net)\n"
+        "save_on_master({'model': model.state_dict()}, out + '/checkpoint.pth')\n"
+        "save_on_master({'model': model.module.state_dict()}, out + '/checkpoint.pth')\n"
+        "save_on_master(f=out + '/c.pth', obj=model.state_dict())\n"
+    )
+    assert found(code, ["DPL006", "DPL011"]) == [(8, 26, "DPL006", "warning"), (10, 38, "DPL006", "warning")]
+
+
+def test_path_shapes_for_matching_across_files():
+    from dplint.checkpoints import path_shape
+
+    code = (
+        "import os\n"
+        "a = f'{out}/last.pt'\n"
+        "b = os.path.join(args.dir, 'last.pt')\n"
+        "c = args.dir + '/last.pt'\n"
+        "d = f'{run}.pt'\n"
+        "e = 'last.pt'\n"
+        "f = os.path.join(args.dir, name)\n"
+    )
+    model = SemanticModel(cst.parse_module(code))
+    assigns = [s.body[0] for s in model.module.body[1:]]
+    assert [path_shape(model, a.value, a) for a in assigns] == ["*/last.pt", "*/last.pt", "*/last.pt", None, None, None]
+
+
 def test_helper_that_saves_something_else_is_not_a_save_of_the_argument():
     code = (
         "import torch\n"

@@ -199,6 +199,33 @@ def test_set_epoch_module_level_names_used_inside_a_function_are_not_followed():
     assert findings(code, "DPL008") == []
 
 
+def test_set_epoch_follows_same_file_helpers_but_not_unknown_code():
+    helper = (
+        "def run_epoch(net, batches):\n"
+        "    for x, y in batches:\n"
+        "        loss_fn(net(x), y).backward()\n"
+    )
+    loop = "for epoch in range(3):\n    run_epoch(model, loader)\n"
+    # The helper is in the file: it iterates and trains; nothing calls set_epoch.
+    assert findings(LOADER + helper + loop, "DPL008") == [(3, 11, "error", False)]
+    # It calls set_epoch on what it is given.
+    sets_epoch = helper.replace("    for x, y", "    batches.sampler.set_epoch(0)\n    for x, y")
+    assert findings(LOADER + sets_epoch + loop, "DPL008") == []
+    # An imported helper is code the file cannot see into: silent.
+    assert findings(LOADER + "from engine import run_epoch\n" + loop, "DPL008") == []
+
+
+def test_sampler_shuffle_on_one_path_only_gets_a_guarded_fix():
+    code = (
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "sampler = DistributedSampler(ds) if ddp else None\n"
+        "loader = DataLoader(ds, shuffle=True, sampler=sampler)\n"
+    )
+    assert fix(code, select=["DPL007"]) == code.replace("shuffle=True", "shuffle=sampler is None")
+    inline = "from torch.utils.data import DataLoader, DistributedSampler\nloader = DataLoader(ds, shuffle=True, sampler=DistributedSampler(ds) if ddp else None)\n"
+    assert findings(inline, "DPL007") == [(2, 25, "error", False)]  # flagged, no fix: not a name
+
+
 # ---------------------------------------------------------------------------- DPL009
 def test_fixture_severities():
     folder = FIXTURES / "late-cuda-visible-devices"

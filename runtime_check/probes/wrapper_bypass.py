@@ -42,7 +42,7 @@ def shown_difference(values: dict) -> str:
         column = [v[index] for v in ranks]
         if any(apart(value, column[0]) for value in column):
             for digits in range(6, 18):
-                shown = [f"{value:.{digits}g}" for value in column]
+                shown = [f"{value:#.{digits}g}" for value in column]
                 if len(set(shown)) > 1:
                     return f"{name} {' vs '.join(shown)}"
     return "checksums " + " vs ".join(repr(tuple(v)) for v in ranks)

@@ -121,3 +121,41 @@ def test_unguarded_save_with_one_rank_needs_two():
     judgement = probe_modules()["DPL011"].judge(case("DPL011", 59, run("original", [save]), run("fixed", [save])))
     assert judgement.verdict is Verdict.NEEDS_GPU
     assert judgement.original == "only rank 0 of 1 wrote last.pt (line 59); one rank ran: this needs 2 ranks (2 GPUs with nccl)"
+
+
+def test_ddp_drift_evidence_shows_the_checksum_that_differs():
+    """The printed numbers are the ones decided on, with the digits that make them differ."""
+    from dplint.runtime_check.probes.wrapper_bypass import drift, shown_difference
+
+    def step(rank_sum, rank_squares):
+        return {"kind": "step", "line": 30, "n": 6, "checksums": {"0": [rank_sum, rank_squares]}}
+
+    same_sums = run("original", [step(-0.58338912, 10.0)], [step(-0.58338947, 10.0)])
+    found = drift(same_sums)
+    assert found is not None and found[2]
+    assert shown_difference(found[1]) == "sums -0.5833891 vs -0.5833895"  # not "-0.583389 vs -0.583389"
+    squares = run("original", [step(1.5, 10.00000001)], [step(1.5, 10.00000201)])
+    assert shown_difference(drift(squares)[1]) == "sums of squares 10.000000 vs 10.000002"
+    rounding = run("original", [step(1.5, 10.0)], [step(1.5 + 1e-12, 10.0)])
+    assert drift(rounding)[2] is False
+
+
+def test_not_reached_says_what_would_reach_it():
+    from dplint.runtime_check.runner import Report, VerifyOptions, not_reached_reason
+
+    report = Report("train.py", distributed=False, options=VerifyOptions(epochs=2, timeout=30))
+    missing = run("original", [{"kind": "line", "line": 3}])
+    missing.events[0][-1].update(status="error", error="FileNotFoundError: [Errno 2] No such file: 'data/x.csv'", line=3)
+    assert not_reached_reason(missing, 9, report).endswith(
+        "a path the script reads is missing where it ran: pass the script's arguments after --, "
+        "or run it from the folder it expects (--cwd DIR)"
+    )
+    slow = run("original", [{"kind": "line", "line": 3}])
+    slow.timed_out, slow.wall = True, 30
+    assert not_reached_reason(slow, 9, report) == (
+        "killed after the timeout (30 s); a longer --timeout (now 30 s) would reach it"
+    )
+    branch = run("original", [{"kind": "line", "line": 3}])
+    assert not_reached_reason(branch, 9, report) == (
+        "finished without taking the branch that holds it; the script's arguments (after --) may select it"
+    )

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from .support import ROOT, RUNTIME_FIXTURES, needs_torch, uses
+from .support import ROOT, needs_torch, uses
 from dplint.runtime_check.runner import visible_gpus
 
 pytestmark = [pytest.mark.runtime, needs_torch]
@@ -338,3 +338,35 @@ def test_without_torch_one_line_error(command):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith("dplint: error: verify needs the runtime extra: pip install 'dplint[runtime]'")
+
+
+CWD_SCRIPT = """\
+import csv
+import torch
+import torch.nn as nn
+
+with open("data/points.csv") as handle:  # relative to the working directory, not the script
+    rows = [[float(v) for v in row] for row in csv.reader(handle)]
+model = nn.DataParallel(nn.Linear(2, 1))
+model(torch.tensor(rows)).sum().backward()
+torch.save(model.state_dict(), "out/model.pt")
+"""
+
+
+def test_cwd_runs_where_asked_and_changes_nothing(verified, tmp_path):
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "data").mkdir()
+    (project / "out").mkdir()
+    (project / "data" / "points.csv").write_text("1,2\n3,4\n")
+    (project / "scripts" / "export.py").write_text(CWD_SCRIPT)
+    job = verified.submit("cwd", lambda: run("--cwd", str(project), "--output-format", "json", "scripts/export.py",
+                                             cwd=project))
+    done = job.result()
+    assert done.returncode == 0, done.stderr
+    (finding,) = json.loads(done.stdout)["findings"]
+    assert (finding["code"], finding["verdict"]) == ("DPL006", "confirmed")
+    assert finding["evidence"]["original"].startswith("line 9: torch.save wrote 2 state-dict keys, all starting with")
+    assert sorted(str(p.relative_to(project)) for p in project.rglob("*")) == [
+        "data", "data/points.csv", "out", "scripts", "scripts/export.py",
+    ]
