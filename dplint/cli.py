@@ -254,6 +254,13 @@ def explain(rule: str) -> None:
 @click.pass_context
 def verify(ctx: click.Context, script: str, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT and its fixed version with probes; report, per finding, whether it is real."""
+    if script.endswith(".ipynb"):  # notebooks (dplint/notebook.py) are checked and fixed, not run
+        click.echo(
+            f"dplint: error: verify runs scripts, not notebooks; export {script} first "
+            "(`jupyter nbconvert --to script`) and verify the .py file",
+            err=True,
+        )
+        sys.exit(EXIT_ERROR)
     try:
         from dplint.runtime_check.cli import main as verify_main
     except ImportError as error:
