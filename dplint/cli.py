@@ -267,3 +267,14 @@ def verify(ctx: click.Context, script: str, script_args: tuple[str, ...]) -> Non
         click.echo(f"dplint: error: verify needs the runtime extra: pip install 'dplint[runtime]' ({error})", err=True)
         sys.exit(EXIT_ERROR)
     sys.exit(verify_main([script, *script_args]))
+
+
+@main.command()
+def server() -> None:
+    """Run the language server (LSP over stdio) for editors; needs `pip install 'dplint[lsp]'`."""
+    try:
+        from dplint.server import main as serve
+    except ImportError as error:
+        click.echo(f"dplint: error: the server needs the lsp extra: pip install 'dplint[lsp]' ({error})", err=True)
+        sys.exit(EXIT_ERROR)
+    serve()
