@@ -156,3 +156,22 @@ def test_verify_declines_notebooks(cli):
     result = cli("verify", str(NOTEBOOKS / BAD))
     assert result.returncode == 2
     assert "verify runs scripts, not notebooks" in result.stderr.decode()
+
+
+def test_cross_file_finding_inside_a_notebook_names_its_cell(cli, tmp_path):
+    """train.py saves a DataParallel's state_dict; a notebook loads it into a bare model."""
+    shutil.copy(FIXTURES / "cross-file" / "train.py", tmp_path / "train.py")
+    cells = [
+        "import os\nimport torch\nfrom train import SentimentNet\n",
+        "%%time\nmodel = SentimentNet()\n"
+        'model.load_state_dict(torch.load(os.path.join("checkpoints", "sentiment.pt"), map_location="cpu"))\n',
+    ]
+    notebook = {
+        "cells": [{"cell_type": "markdown", "metadata": {}, "source": ["Evaluate\n"]}]
+        + [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": cell} for cell in cells],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }
+    (tmp_path / "evaluate.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
+    for extra in ((), ("--cache-dir", str(tmp_path / "cache")), ("--cache-dir", str(tmp_path / "cache"))):
+        result = cli("check", "--select", "strip-module", *(extra or ("--no-cache",)), ".", cwd=tmp_path)
+        assert _out(result).startswith("evaluate.ipynb:cell 3:3:1: DPL004 `model` is a bare model"), _out(result)
