@@ -76,3 +76,19 @@ def test_sdist_holds_only_the_package_metadata_and_license(distributions):
     assert unexpected == []
     assert "LICENSE" in names and "dplint/cli.py" in names
     assert not any(name.startswith(("tests/", "fixtures/")) for name in names)
+
+
+def test_base_install_needs_no_pygls():
+    """Without the lsp extra, `dplint check` works and `dplint server` says what to install."""
+    code = (
+        "import sys\n"
+        "sys.modules['pygls'] = None  # as if not installed\n"
+        "from dplint.cli import main\n"
+        "try:\n"
+        "    main(['server'])\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.stdout.strip() == "exit 2"
+    assert "pip install 'dplint[lsp]'" in completed.stderr
