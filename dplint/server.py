@@ -60,21 +60,23 @@ class DplintServer(LanguageServer):
 
     def lint(self, uri: str) -> None:
         """Lint the document's current text and publish its diagnostics."""
+        self.findings[uri] = self.lint_findings(uri)
+        self.publish(uri)
+
+    def lint_findings(self, uri: str) -> list[Finding]:
         from dplint.runner import process_text_guarded
 
         document = self.workspace.get_text_document(uri)
         path = to_fs_path(uri) or uri
         if path.endswith(".ipynb"):
-            return  # notebooks: `dplint check` (notebook documents are not served here)
+            return []  # notebooks: `dplint check` (notebook documents are not served here)
         settings = self.settings_for(path)
-        findings: list[Finding] = []
-        if settings is not None:
-            report = process_text_guarded(document.source, path, settings, None)
-            findings = report.findings
-            for error in report.errors:
-                self.window_log_message(types.LogMessageParams(types.MessageType.Warning, error))
-        self.findings[uri] = findings
-        self.publish(uri)
+        if settings is None:
+            return []
+        report = process_text_guarded(document.source, path, settings, None)
+        for error in report.errors:
+            self.window_log_message(types.LogMessageParams(types.MessageType.Warning, error))
+        return report.findings
 
     def publish(self, uri: str) -> None:
         document = self.workspace.get_text_document(uri)
@@ -239,6 +241,11 @@ def create_server() -> DplintServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: DplintServer, params: types.DidSaveTextDocumentParams) -> None:
+        # Every open file again: the saved file may be a configuration file, or change what
+        # the project pass links (the project pass republishes them all).
+        for uri in list(ls.workspace.text_documents):
+            if uri != params.text_document.uri:
+                ls.findings[uri] = ls.lint_findings(uri)
         ls.lint(params.text_document.uri)
         ls.refresh_project(to_fs_path(params.text_document.uri))
 

@@ -159,6 +159,10 @@ def test_diagnostics_and_code_actions(tmp_path):
 
             quiet = session.open("quiet/train.py")  # its own dplint.toml ignores the rule
             assert await session.wait(quiet) == []
+            # the configuration changes and a file is saved: open files are checked again
+            (tmp_path / "quiet" / "dplint.toml").write_text("ignore = []\n")
+            session.client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(strip)))
+            assert [d.code for d in await session.wait(quiet, lambda diagnostics: diagnostics)] == ["DPL007"]
 
     asyncio.run(scenario())
 
