@@ -197,6 +197,7 @@ def mask_cell(source: str) -> tuple[str, dict[str, str]]:
     first = next((line.strip() for line in lines if line.strip()), "")
     whole_cell = first.startswith("%%") and first[2:].split(" ", 1)[0].strip() not in PYTHON_CELL_MAGICS
     continued = False  # the previous line was masked and ended with a backslash
+    python = _Scanner()  # IPython syntax only starts a statement: `% b` inside brackets is Python
     for line in lines:
         body = line.rstrip("\r\n")
         stripped = body.lstrip()
@@ -204,19 +205,63 @@ def mask_cell(source: str) -> tuple[str, dict[str, str]]:
         new = body
         if whole_cell or continued:
             new = body[:indent] + "#" + stripped[1:] if stripped else body
-        elif stripped.startswith(("%", "!", "?")) or _HELP.match(body):
-            new = _as_expression(body, indent)
-        else:
-            assigned = _ASSIGNED_ESCAPE.match(body)
-            if assigned:
-                new = _as_expression(body, assigned.end())
+        elif python.at_statement_start():
+            if stripped.startswith(("%", "!", "?")) or _HELP.match(body):
+                new = _as_expression(body, indent)
+            else:
+                assigned = _ASSIGNED_ESCAPE.match(body)
+                if assigned:
+                    new = _as_expression(body, assigned.end())
         if new != body:
             restore[new] = body
             continued = body.endswith("\\")
         else:
             continued = False
+            python.feed(body)
         masked_lines.append(new + line[len(body):])
     return "".join(masked_lines), restore
+
+
+class _Scanner:
+    """Just enough of Python's tokenizer to tell whether a line starts a statement: not
+    inside brackets, a string or a backslash continuation."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote: Optional[str] = None  # the open string's quote (only triple quotes span lines)
+        self.continued = False
+
+    def at_statement_start(self) -> bool:
+        return self.depth == 0 and self.quote is None and not self.continued
+
+    def feed(self, line: str) -> None:
+        index, comment = 0, False
+        while index < len(line):
+            character = line[index]
+            if self.quote is not None:
+                if character == "\\":
+                    index += 2
+                elif line.startswith(self.quote, index):
+                    index += len(self.quote)
+                    self.quote = None
+                else:
+                    index += 1
+                continue
+            if character == "#":
+                comment = True
+                break
+            if character in "\"'":
+                self.quote = line[index : index + 3] if line[index : index + 3] in ('"""', "'''") else character
+                index += len(self.quote)
+                continue
+            if character in "([{":
+                self.depth += 1
+            elif character in ")]}":
+                self.depth = max(self.depth - 1, 0)
+            index += 1
+        if self.quote in ('"', "'"):
+            self.quote = None  # a one-line string left open: a syntax error the parser will report
+        self.continued = self.quote is None and not comment and line.endswith("\\")
 
 
 def _as_expression(body: str, start: int) -> str:

@@ -61,6 +61,27 @@ def test_masking_keeps_every_line_length():
     assert {restore[line] for line in masked.splitlines() if line in restore} == set(source.splitlines()[:-1]) - {"for i in range(2):"}
 
 
+def test_python_that_looks_like_ipython_is_left_alone():
+    from dplint.notebook import mask_cell
+
+    source = (
+        'message = ("epoch %d"\n'
+        "    % epoch)\n"
+        "same = (a\n"
+        "    != b)\n"
+        'doc = """\n'
+        "%not a magic\n"
+        '!nor a shell escape"""\n'
+        "total = 1 + \\\n"
+        "    2\n"
+        "!echo it's fine\n"
+        "%time x = (1,\n"
+    )
+    masked, _ = mask_cell(source)
+    assert masked.splitlines()[:9] == source.splitlines()[:9]
+    assert masked.splitlines()[9:] == ["0#cho it's fine", "0#ime x = (1,"]
+
+
 def test_cell_magic_of_another_language_becomes_comments():
     from dplint.notebook import mask_cell
 
