@@ -85,7 +85,7 @@ class DplintServer(LanguageServer):
         # Cross-file findings come from the saved files; an edited buffer keeps showing them
         # until the next save refreshes them.
         shown = own + [f for f in self.project.get(path, []) if not any(_same(f, o) for o in own)]
-        diagnostics = [_diagnostic(finding, document.lines) for finding in shown]
+        diagnostics = [_diagnostic(finding, document) for finding in shown]
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=document.version)
         )
@@ -128,7 +128,6 @@ class DplintServer(LanguageServer):
     def code_actions(self, params: types.CodeActionParams) -> list[types.CodeAction]:
         uri = params.text_document.uri
         document = self.workspace.get_text_document(uri)
-        lines = document.lines
         only = params.context.only
         wanted_quickfix = not only or any(kind.startswith("quickfix") or "quickfix".startswith(kind) for kind in only)
         wanted_fix_all = not only or any(FIX_ALL_KIND.startswith(kind) for kind in only)
@@ -138,7 +137,7 @@ class DplintServer(LanguageServer):
             for finding in findings:
                 if not finding.edits or finding.fix_applicability not in (Applicability.SAFE, Applicability.UNSAFE):
                     continue
-                if not _overlaps(_range(finding.location, finding.end_location, lines), params.range):
+                if not _overlaps(_range(finding.location, finding.end_location, document), params.range):
                     continue
                 safe = finding.fix_applicability is Applicability.SAFE
                 actions.append(
@@ -146,10 +145,10 @@ class DplintServer(LanguageServer):
                         title=f"dplint: {finding.fix_message} ({finding.code} {finding.name})"
                         + ("" if safe else " [unsafe fix: may change behaviour]"),
                         kind=types.CodeActionKind.QuickFix if safe else UNSAFE_QUICKFIX_KIND,
-                        diagnostics=[_diagnostic(finding, lines)],
+                        diagnostics=[_diagnostic(finding, document)],
                         is_preferred=safe,
                         edit=types.WorkspaceEdit(
-                            changes={uri: [types.TextEdit(_range(e.location, e.end_location, lines), e.content) for e in finding.edits]}
+                            changes={uri: [types.TextEdit(_range(e.location, e.end_location, document), e.content) for e in finding.edits]}
                         ),
                     )
                 )
@@ -187,19 +186,15 @@ def _same(a: Finding, b: Finding) -> bool:
     return (a.code, a.location, a.end_location) == (b.code, b.location, b.end_location)
 
 
-def _utf16(line: str, characters: int) -> int:
-    """A column in characters -> in UTF-16 code units (LSP's default position encoding)."""
-    return len(line[:characters].encode("utf-16-le")) // 2
+def _position(row: int, column: int, document) -> types.Position:
+    """dplint's 1-based row and column (in characters) -> an LSP position, in the code units
+    agreed with the client (UTF-16 unless it offered another)."""
+    position = types.Position(line=max(row - 1, 0), character=max(column - 1, 0))
+    return document.position_codec.position_to_client_units(document.lines, position)
 
 
-def _position(row: int, column: int, lines) -> types.Position:
-    line_index = max(row - 1, 0)
-    line = lines[line_index] if line_index < len(lines) else ""
-    return types.Position(line=line_index, character=_utf16(line, max(column - 1, 0)))
-
-
-def _range(start, end, lines) -> types.Range:
-    return types.Range(_position(start.row, start.column, lines), _position(end.row, end.column, lines))
+def _range(start, end, document) -> types.Range:
+    return types.Range(_position(start.row, start.column, document), _position(end.row, end.column, document))
 
 
 def _overlaps(a: types.Range, b: types.Range) -> bool:
@@ -209,10 +204,10 @@ def _overlaps(a: types.Range, b: types.Range) -> bool:
     return key(a.start) <= key(b.end) and key(b.start) <= key(a.end)
 
 
-def _diagnostic(finding: Finding, lines) -> types.Diagnostic:
+def _diagnostic(finding: Finding, document) -> types.Diagnostic:
     fix = finding.fix_applicability.value if finding.fix_applicability else None
     return types.Diagnostic(
-        range=_range(finding.location, finding.end_location, lines),
+        range=_range(finding.location, finding.end_location, document),
         message=f"{finding.message} [{finding.name}; see `dplint explain {finding.code}`]",
         severity=SEVERITY[finding.severity],
         code=finding.code,

@@ -70,7 +70,7 @@ class Session:
         self.diagnostics.pop(uri, None)
         self.client.text_document_did_open(
             types.DidOpenTextDocumentParams(
-                types.TextDocumentItem(uri, "python", 1, (self.root / name).read_text())
+                types.TextDocumentItem(uri, "python", 1, (self.root / name).read_text(encoding="utf-8"))
             )
         )
         return uri
@@ -156,6 +156,14 @@ def test_diagnostics_and_code_actions(tmp_path):
             assert "consume_prefix_in_state_dict_if_present" in _apply(HAND_STRIP, unsafe.edit.changes[strip])
             # no safe fix: no fix-all action
             assert await session.actions(strip, diagnostic.range, only=["source.fixAll"]) == []
+
+            # columns in UTF-16 code units (the default encoding): the rocket counts twice
+            wide_text = MISUSE.replace("batch_size=8", 'batch_size=8, name="\U0001F680"')
+            (tmp_path / "wide.py").write_text(wide_text, encoding="utf-8")
+            wide = session.open("wide.py")
+            (diagnostic,) = await session.wait(wide)
+            line = wide_text.splitlines()[3]
+            assert diagnostic.range.start.character == line.index("shuffle") + 1
 
             quiet = session.open("quiet/train.py")  # its own dplint.toml ignores the rule
             assert await session.wait(quiet) == []
