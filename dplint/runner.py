@@ -153,7 +153,8 @@ def run(
     cache_dir: Optional[str] = None,
     force_exclude: bool = False,
 ) -> RunReport:
-    files, problems = discover(paths, getattr(settings, "extend_include", ()))
+    include = settings.extend_include  # `extend-include`: more files for folder walks
+    files, problems = discover(paths, include) if include else discover(paths)
     explicit = {os.path.normpath(p) for p in paths}
     files = [
         f for f in files
