@@ -3,7 +3,8 @@
 - Diagnostics when a Python file is opened, changed and saved: the rule code, its slug,
   the severity, and `dplint explain CODE` for the full story.
 - Code actions: one per fix (safe fixes as `quickfix`, unsafe ones as `quickfix.unsafe`, with
-  "unsafe" in the title), and "fix all safe" as `source.fixAll.dplint`.
+  "unsafe" in the title), "ignore on this line" (a `# dplint: ignore[slug]` comment above it),
+  and "fix all safe" as `source.fixAll.dplint`.
 - Settings: the same `pyproject.toml` / `dplint.toml` as the command line (nearest to the file).
 - Cross-file findings (a checkpoint saved in one file and loaded in another): the project
   pass runs when the server starts and whenever a file is saved, and every open file's
@@ -152,6 +153,12 @@ class DplintServer(LanguageServer):
                         ),
                     )
                 )
+        if wanted_quickfix:
+            for finding in findings:
+                if _overlaps(_range(finding.location, finding.end_location, document), params.range):
+                    action = _ignore_action(uri, document, finding)
+                    if action is not None:
+                        actions.append(action)
         if wanted_fix_all and any(f.fix_applicability is Applicability.SAFE and f.edits for f in findings):
             action = self.fix_all(uri)
             if action is not None:
@@ -180,6 +187,27 @@ class DplintServer(LanguageServer):
                 changes={uri: [types.TextEdit(types.Range(types.Position(0, 0), end), report.fixed_text)]}
             ),
         )
+
+
+def _ignore_action(uri: str, document, finding: Finding) -> Optional[types.CodeAction]:
+    """"Ignore on this line": `# dplint: ignore[slug]` on a line of its own above the finding's
+    first line (same indentation); none after a backslash continuation, where a line cannot go."""
+    lines = document.lines
+    row = finding.location.row - 1
+    if row >= len(lines) or (row > 0 and lines[row - 1].rstrip("\r\n").endswith("\\")):
+        return None
+    line = lines[row]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    newline = line[len(line.rstrip("\r\n")):] or "\n"
+    at = types.Position(line=row, character=0)
+    return types.CodeAction(
+        title=f"dplint: ignore {finding.code} ({finding.name}) on this line",
+        kind=types.CodeActionKind.QuickFix,
+        diagnostics=[_diagnostic(finding, document)],
+        edit=types.WorkspaceEdit(
+            changes={uri: [types.TextEdit(types.Range(at, at), f"{indent}# dplint: ignore[{finding.name}]{newline}")]}
+        ),
+    )
 
 
 def _same(a: Finding, b: Finding) -> bool:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, MISUSE, MISUSE_FIXED
+from conftest import FIXTURES, MISUSE, MISUSE_FIXED, lint
 
 pytest.importorskip("pygls")
 from lsprotocol import types  # noqa: E402
@@ -137,9 +137,13 @@ def test_diagnostics_and_code_actions(tmp_path):
             assert (diagnostic.range.start.line, diagnostic.range.start.character) == (3, 43)
 
             actions = await session.actions(uri, diagnostic.range)
-            kinds = {action.kind: action for action in actions}
-            assert set(kinds) == {types.CodeActionKind.QuickFix, "source.fixAll.dplint"}
-            quickfix = kinds[types.CodeActionKind.QuickFix]
+            quickfix, ignore, fix_all = actions
+            assert [a.kind for a in actions] == [types.CodeActionKind.QuickFix] * 2 + ["source.fixAll.dplint"]
+            assert ignore.title == "dplint: ignore DPL007 (sampler-shuffle) on this line"
+            ignored = _apply(MISUSE, ignore.edit.changes[uri])
+            assert ignored.splitlines()[3] == "# dplint: ignore[sampler-shuffle]"
+            assert lint(ignored) == []  # the comment silences the finding
+            assert _apply(MISUSE, fix_all.edit.changes[uri]) == MISUSE_FIXED
             assert quickfix.is_preferred and "DPL007 sampler-shuffle" in quickfix.title
             assert _apply(MISUSE, quickfix.edit.changes[uri]) == MISUSE_FIXED
             (fix_all,) = await session.actions(uri, diagnostic.range, only=["source.fixAll"])
@@ -151,7 +155,7 @@ def test_diagnostics_and_code_actions(tmp_path):
             strip = session.open("strip.py")
             (diagnostic,) = await session.wait(strip)
             assert diagnostic.code == "DPL013"
-            (unsafe,) = await session.actions(strip, diagnostic.range)
+            unsafe, _ignore = await session.actions(strip, diagnostic.range)
             assert unsafe.kind == "quickfix.unsafe" and "unsafe" in unsafe.title and not unsafe.is_preferred
             assert "consume_prefix_in_state_dict_if_present" in _apply(HAND_STRIP, unsafe.edit.changes[strip])
             # no safe fix: no fix-all action
