@@ -7,9 +7,9 @@
   and "fix all safe" as `source.fixAll.dplint`.
 - Settings: the same `pyproject.toml` / `dplint.toml` as the command line (nearest to the file).
 - Cross-file findings (a checkpoint saved in one file and loaded in another): the project
-  pass runs when the server starts and whenever a file is saved, and every open file's
-  diagnostics are refreshed with its result. It reads files from disk (saved state), and uses
-  the same result cache as `dplint check`.
+  pass runs when the first file is opened (after that file's own diagnostics) and whenever a
+  file is saved, and refreshes every open file's diagnostics. It reads the files from disk (as
+  saved), and uses the same result cache as `dplint check`.
 
 pygls is an optional dependency (`pip install 'dplint[lsp]'`); the base install never imports it.
 """
@@ -43,6 +43,7 @@ class DplintServer(LanguageServer):
         super().__init__("dplint", __version__)
         self.findings: dict[str, list[Finding]] = {}  # uri -> the document's own findings, with fixes
         self.project: dict[str, list[Finding]] = {}  # absolute path -> cross-file findings (saved files)
+        self.project_checked = False
 
     # ------------------------------------------------------------------ settings and linting
     def settings_for(self, path: str):
@@ -247,15 +248,11 @@ def _diagnostic(finding: Finding, document) -> types.Diagnostic:
 def create_server() -> DplintServer:
     server = DplintServer()
 
-    @server.feature(types.INITIALIZED)
-    def initialized(ls: DplintServer, params: types.InitializedParams) -> None:
-        if ls.workspace.root_path:
-            ls.refresh_project()
-
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: DplintServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.lint(params.text_document.uri)
-        if not ls.workspace.root_path and not ls.project:
+        ls.lint(params.text_document.uri)  # the file's own findings first: they come fast
+        if not ls.project_checked:  # then, once, the project pass (later: on every save)
+            ls.project_checked = True
             ls.refresh_project(to_fs_path(params.text_document.uri))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
