@@ -274,19 +274,32 @@ def _as_expression(body: str, start: int) -> str:
 
 
 def _dump_like(data: dict, original: str) -> str:
-    """JSON text for `data` in the original's layout: its indentation, its escaping of
-    non-ASCII characters, its line breaks and what follows the closing brace."""
+    """JSON text for `data` in the original's layout: its indentation, separators, escaping of
+    non-ASCII characters, line breaks and what follows the closing brace. The layout is the one
+    that reproduces the original file exactly (nbformat's, Colab's and Kaggle's compact one all
+    do); when none does, the detected indentation with nbformat's other choices."""
+    stripped = original.rstrip()
+    trailing = original[len(stripped):]
+    line_break = "\r\n" if "\r\n" in stripped else "\n"
     indent_match = re.match(r"\s*\{\r?\n([ \t]+)\"", original)
     indent: Union[str, int, None] = indent_match.group(1) if indent_match else None
     if isinstance(indent, str) and set(indent) == {" "}:
         indent = len(indent)
-    stripped = original.rstrip()
-    trailing = original[len(stripped):]
-    ensure_ascii = not any(ord(character) > 127 for character in original)
-    text = json.dumps(data, indent=indent, ensure_ascii=ensure_ascii) + trailing
-    if "\r\n" in stripped:
-        text = text.replace("\n", "\r\n")
-    return text
+    layouts = [
+        {"indent": indent, "ensure_ascii": ensure_ascii, "separators": separators}
+        for ensure_ascii in (False, True)
+        for separators in (None, (",", ":"), (", ", ": "))
+    ]
+    chosen = {"indent": indent, "ensure_ascii": False, "separators": None}
+    try:
+        before = json.loads(original)
+    except ValueError:
+        before = None
+    for layout in layouts:
+        if before is not None and json.dumps(before, **layout).replace("\n", line_break) == stripped:
+            chosen = layout
+            break
+    return json.dumps(data, **chosen).replace("\n", line_break) + trailing
 
 
 # ---------------------------------------------------------------------------- running

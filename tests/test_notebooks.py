@@ -204,3 +204,18 @@ def test_cross_file_finding_inside_a_notebook_names_its_cell(cli, tmp_path):
     for extra in ((), ("--cache-dir", str(tmp_path / "cache")), ("--cache-dir", str(tmp_path / "cache"))):
         result = cli("check", "--select", "strip-module", *(extra or ("--no-cache",)), ".", cwd=tmp_path)
         assert _out(result).startswith("evaluate.ipynb:cell 3:3:1: DPL004 `model` is a bare model"), _out(result)
+
+
+def test_fix_keeps_a_compact_one_line_notebook_compact(tmp_path):
+    from dplint.config import load_settings
+    from dplint.runner import FixOptions, process_file
+
+    misuse = "from torch.utils.data import DataLoader, DistributedSampler\ns = DistributedSampler(d)\nl = DataLoader(d, shuffle=True, sampler=s)\n"
+    data = {"metadata": {"kernelspec": {"language": "python", "name": "python3"}, "note": "caf\u00e9"}, "nbformat": 4, "nbformat_minor": 4,
+            "cells": [{"cell_type": "code", "source": misuse.splitlines(True), "metadata": {"trusted": True}, "execution_count": 2, "outputs": []}]}
+    compact = json.dumps(data, separators=(",", ":"))  # as Kaggle writes them: ASCII, no spaces, no final newline
+    path = tmp_path / "kaggle.ipynb"
+    path.write_text(compact)
+    report = process_file(str(path), load_settings(str(tmp_path)), FixOptions())
+    assert not report.errors and [f.code for f in report.applied] == ["DPL007"]
+    assert path.read_text() == compact.replace("shuffle=True, ", "")
