@@ -252,3 +252,14 @@ def explain(rule: str) -> None:
 from dplint.runtime_check.command import verify  # noqa: E402
 
 main.add_command(verify)
+
+
+@main.command()
+def server() -> None:
+    """Run the language server (LSP over stdio) for editors; needs `pip install 'dplint[lsp]'`."""
+    try:
+        from dplint.server import main as serve
+    except ImportError as error:
+        click.echo(f"dplint: error: the server needs the lsp extra: pip install 'dplint[lsp]' ({error})", err=True)
+        sys.exit(EXIT_ERROR)
+    serve()

@@ -22,7 +22,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 CONFIG_NAMES = ("dplint.toml", "pyproject.toml")  # looked for in this order in each folder
 SELECTOR_LISTS = ("select", "ignore", "extend-select")
-GLOB_LISTS = ("exclude", "extend-exclude")
+GLOB_LISTS = ("exclude", "extend-exclude", "extend-include")
 KEYS = (*SELECTOR_LISTS, "per-file-ignores", *GLOB_LISTS, "unsafe-fixes", "output-format")
 
 
@@ -38,6 +38,7 @@ class Settings:
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, selectors)
     exclude: tuple[str, ...] = ()
     extend_exclude: tuple[str, ...] = ()
+    extend_include: tuple[str, ...] = ()  # more files for folder walks (`*.py`, `*.pyi`, `*.ipynb` always)
     unsafe_fixes: bool = False
     output_format: str = "text"
     root: str = field(default_factory=os.getcwd)  # the folder globs are relative to

@@ -14,6 +14,7 @@ from dplint.semantic import (
     Binding,
     SemanticModel,
     argument,
+    dotted_name,
     peel_self_returning,
     static_truth,
 )
@@ -166,7 +167,10 @@ def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bo
 def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
     """A call of another file's function (through `model.project`) that may return a
     shuffling `DistributedSampler`: `pick_sampler(ds, distributed)` from `samplers.py`."""
-    if model.project is None or not isinstance(call.func, cst.Name) or call.func.value not in model.imports:
+    if model.project is None:
+        return False
+    dotted = dotted_name(call.func)
+    if dotted is None or dotted.partition(".")[0] not in model.imports or dotted.startswith("torch"):
         return False
     callee = model.flow.callee(call)
     if callee is None or callee.model is model or not isinstance(callee.node, cst.FunctionDef):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import subprocess
 from dataclasses import dataclass
@@ -12,8 +13,10 @@ from typing import Iterable
 SKIPPED_FOLDERS = {
     ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
     ".pytest_cache", ".ruff_cache", ".dplint_cache", "node_modules", ".eggs", "site-packages",
+    ".ipynb_checkpoints",  # Jupyter's autosaved copies of the notebooks beside them
 }
 PYTHON_SUFFIXES = (".py", ".pyi")
+NOTEBOOK_SUFFIXES = (".ipynb",)  # Jupyter notebooks, checked by default as ruff does (`exclude` turns them off)
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,9 @@ def _is_virtualenv(folder: str) -> bool:
     return os.path.exists(os.path.join(folder, "pyvenv.cfg"))
 
 
-def discover(paths: Iterable[str]) -> tuple[list[str], list[PathProblem]]:
-    """Expand paths into Python files, sorted and without duplicates, plus the problems met."""
+def discover(paths: Iterable[str], include: tuple[str, ...] = ()) -> tuple[list[str], list[PathProblem]]:
+    """Expand paths into Python files (and notebooks, and files matching the `include` globs,
+    as ruff's `extend-include`), sorted and without duplicates, plus the problems met."""
     files: list[str] = []
     problems: list[PathProblem] = []
     ignored: set[str] = set()
@@ -39,7 +43,7 @@ def discover(paths: Iterable[str]) -> tuple[list[str], list[PathProblem]]:
             problems.append(PathProblem(path, f"cannot read: {error}"))
             continue
         if is_dir:
-            found = list(_walk(path, problems))
+            found = list(_walk(path, problems, include))
             ignored |= _git_ignored(found, path)
             files.extend(found)
         elif exists:
@@ -68,7 +72,15 @@ def _broken_link_message(path: str) -> str:
     return "cannot read: broken symbolic link (its target does not exist)"
 
 
-def _walk(root: str, problems: list[PathProblem]) -> Iterable[str]:
+def _included(folder: str, name: str, root: str, include: tuple[str, ...]) -> bool:
+    """Whether an `extend-include` glob names the file (its name, or its path under the walk's root)."""
+    if not include:
+        return False
+    relative = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+    return any(fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(relative, pattern) for pattern in include)
+
+
+def _walk(root: str, problems: list[PathProblem], include: tuple[str, ...] = ()) -> Iterable[str]:
     def on_error(error: OSError) -> None:
         problems.append(PathProblem(error.filename or root, f"cannot read: {error.strerror}"))
 
@@ -79,7 +91,7 @@ def _walk(root: str, problems: list[PathProblem]) -> Iterable[str]:
             and not _is_virtualenv(os.path.join(folder, name))
         )
         for name in sorted(names):
-            if name.endswith(PYTHON_SUFFIXES):
+            if name.endswith(PYTHON_SUFFIXES + NOTEBOOK_SUFFIXES) or _included(folder, name, root, include):
                 path = os.path.join(folder, name)
                 if os.path.islink(path) and not os.path.exists(path):
                     problems.append(PathProblem(path, _broken_link_message(path)))

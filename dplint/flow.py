@@ -583,6 +583,21 @@ class Flow:
                 if method is not None and not _is_static(method):
                     return Callee(model, method, True)
                 return None
+        if isinstance(func, cst.Attribute) and not local and model.project is not None:
+            # `data_utils.build_loader(...)` after `from . import data_utils` / `import data_utils`.
+            from dplint.semantic import dotted_name
+
+            dotted = dotted_name(func)
+            head = dotted.partition(".")[0] if dotted else None
+            if head in model.imports and head not in model.functions and head not in model.classes:
+                qualified = model.imports[head] + dotted[len(head):]
+                if not qualified.startswith("torch."):
+                    try:
+                        resolved = model.project.resolve(qualified, model)
+                    except Exception:
+                        resolved = None
+                    if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+                        return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
         if isinstance(func, cst.Attribute) and func.attr.value in self._method_names():
             # `trainer.fit()` where `trainer = Trainer(...)`, a class of this file.
             values = self.values_at(func.value, call)

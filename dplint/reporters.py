@@ -45,7 +45,24 @@ def fix_summary(findings: Sequence[Finding], unsafe_fixes: bool) -> str:
 
 def _line(finding: Finding, unsafe_fixes: bool) -> str:
     f = finding
-    return f"{f.filename}:{f.location.row}:{f.location.column}: {f.code}{_fix_marker(f, unsafe_fixes)} {f.message}"
+    where = f"{f.filename}:cell {f.cell}" if f.cell is not None else f.filename  # notebooks, as ruff
+    return f"{where}:{f.location.row}:{f.location.column}: {f.code}{_fix_marker(f, unsafe_fixes)} {f.message}"
+
+
+def _stored_region(finding: Finding) -> tuple:
+    """(line, column, end line, end column) in the file as stored: for a notebook finding, in
+    the notebook's JSON (where GitHub and SARIF viewers point), else the finding's own."""
+    f = finding
+    if f.cell is not None:
+        from dplint.notebook import json_position
+
+        start = json_position(f.filename, f.cell, f.location.row, f.location.column)
+        end = json_position(f.filename, f.cell, f.end_location.row, f.end_location.column)
+        if start is not None:
+            end = end if end is not None and (end.row, end.column) >= (start.row, start.column) else start
+            return start.row, start.column, end.row, end.column
+        return 1, 1, 1, 1  # cannot tell: the file's start (the message still names the cell)
+    return f.location.row, f.location.column, f.end_location.row, f.end_location.column
 
 
 def text(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
@@ -92,14 +109,15 @@ def github(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
     """GitHub Actions workflow commands: each finding becomes an annotation on the pull request."""
     lines = []
     for f in findings:
+        row, column, end_row, end_column = _stored_region(f)
         properties = ",".join(
             f"{key}={github_escape_property(str(value))}"
             for key, value in (
                 ("file", f.filename.replace(os.sep, "/")),
-                ("line", f.location.row),
-                ("col", f.location.column),
-                ("endLine", f.end_location.row),
-                ("endColumn", f.end_location.column),
+                ("line", row),
+                ("col", column),
+                ("endLine", end_row),
+                ("endColumn", end_column),
                 ("title", f"dplint ({f.code})"),
             )
         )
@@ -179,6 +197,7 @@ def sarif(findings: Sequence[Finding], unsafe_fixes: bool = False, root: Optiona
     index = {rule["id"]: position for position, rule in enumerate(rules)}
     results = []
     for f in findings:
+        row, column, end_row, end_column = _stored_region(f)
         result = {
             "ruleId": f.code,
             "level": SARIF_LEVEL[f.severity],
@@ -188,10 +207,10 @@ def sarif(findings: Sequence[Finding], unsafe_fixes: bool = False, root: Optiona
                     "physicalLocation": {
                         "artifactLocation": _artifact_location(f.filename, root),
                         "region": {
-                            "startLine": f.location.row,
-                            "startColumn": f.location.column,
-                            "endLine": f.end_location.row,
-                            "endColumn": f.end_location.column,
+                            "startLine": row,
+                            "startColumn": column,
+                            "endLine": end_row,
+                            "endColumn": end_column,
                         },
                     }
                 }
@@ -199,6 +218,8 @@ def sarif(findings: Sequence[Finding], unsafe_fixes: bool = False, root: Optiona
         }
         if f.code in index:
             result["ruleIndex"] = index[f.code]
+        if f.cell is not None:  # notebooks: where in the cell, as the text output says it
+            result["properties"] = {"cell": f.cell, "cellLine": f.location.row, "cellColumn": f.location.column}
         results.append(result)
     log = {
         "$schema": SARIF_SCHEMA,

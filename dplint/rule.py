@@ -149,10 +149,11 @@ class Finding:
     fix_applicability: Applicability | None = None
     fix_message: str | None = None
     edits: list[TextEdit] = field(default_factory=list)
+    cell: int | None = None  # notebooks: the 1-based cell; rows are then counted inside it
 
     @property
     def sort_key(self) -> tuple:
-        return (self.filename, self.location.row, self.location.column, self.code)
+        return (self.filename, self.cell or 0, self.location.row, self.location.column, self.code)
 
 
 def finding_to_dict(finding: Finding) -> dict:
@@ -171,7 +172,7 @@ def finding_to_dict(finding: Finding) -> dict:
                 for edit in finding.edits
             ],
         }
-    return {
+    data = {
         "code": finding.code,
         "name": finding.name,
         "message": finding.message,
@@ -181,6 +182,9 @@ def finding_to_dict(finding: Finding) -> dict:
         "end_location": {"row": finding.end_location.row, "column": finding.end_location.column},
         "fix": fix,
     }
+    if finding.cell is not None:  # notebooks only (as ruff's `cell`): rows count inside the cell
+        data["cell"] = finding.cell
+    return data
 
 
 def finding_from_dict(data: dict) -> Finding:
@@ -200,4 +204,5 @@ def finding_from_dict(data: dict) -> Finding:
             TextEdit(-1, -1, edit["content"], Position(**edit["location"]), Position(**edit["end_location"]))
             for edit in (fix["edits"] if fix else ())
         ],
+        cell=data.get("cell"),
     )

@@ -119,6 +119,10 @@ def process_text_guarded(text: str, path: str, settings: Settings, fix: Optional
 
 def process_file(path: str, settings: Settings, fix: Optional[FixOptions],
                  roots: Optional[tuple[str, ...]] = None) -> FileReport:
+    if path.endswith(".ipynb"):  # notebooks: code cells joined into one module (dplint/notebook.py)
+        from dplint.notebook import process_notebook_file
+
+        return process_notebook_file(path, settings, fix)
     try:
         source = read_source(path)
     except SourceError as error:
@@ -170,7 +174,8 @@ def run(
     cache_dir: Optional[str] = None,
     force_exclude: bool = False,
 ) -> RunReport:
-    files, problems = discover(paths)
+    include = settings.extend_include  # `extend-include`: more files for folder walks
+    files, problems = discover(paths, include) if include else discover(paths)
     explicit = {os.path.normpath(p) for p in paths}
     files = [
         f for f in files
@@ -193,6 +198,9 @@ def run(
         todo: list[tuple[str, str, Settings, tuple[str, ...]]] = []
         keys: dict[str, str] = {}
         for path in files:
+            if path.endswith(".ipynb"):  # notebooks (dplint/notebook.py): linted here, not cached
+                reports[path] = process_file(path, settings, None)
+                continue
             try:
                 source = read_source(path)
             except SourceError as error:
@@ -295,6 +303,10 @@ def add_project_findings(reports: list[FileReport], settings: Settings, cache=No
         found = list(project_findings(reports))
         if cache is not None:
             cache.put_project(facts_key, found)
+    if any(finding.filename.endswith(".ipynb") for finding in found):  # into notebook cells
+        from dplint.notebook import relocate_project_findings
+
+        found = relocate_project_findings(found)
     by_path = {report.path: report for report in reports}
     for finding in found:
         report = by_path.get(finding.filename)
@@ -313,6 +325,13 @@ def project_findings(reports: list[FileReport]) -> Iterator[Finding]:
 
 
 def process_stdin(data: bytes, display_path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
+    if display_path.endswith(".ipynb"):  # a notebook's JSON on stdin (dplint/notebook.py)
+        from dplint.notebook import process_notebook_text
+
+        try:
+            return process_notebook_text(data.decode("utf-8-sig"), display_path, settings, fix)
+        except UnicodeDecodeError as error:
+            return FileReport(display_path, [problem_finding(display_path, f"cannot read notebook: not UTF-8 (byte {error.start})")])
     try:
         text, _ = decode(data)
     except SourceError as error:

@@ -325,6 +325,19 @@ def test_sampler_factory_in_another_file_g6():
     assert list(MissingSetEpoch().check(alone)) == []
 
 
+def test_module_attribute_calls_resolve_through_the_project():
+    project = FakeProject(
+        samplers=SAMPLERS,
+        train=TRAIN.replace("from samplers import pick_sampler", "import samplers").replace(
+            "sampler=pick_sampler(", "sampler=samplers.pick_sampler("
+        ),
+    )
+    train = project.models["train"]
+    loader = call_named(train, "DataLoader")
+    callee = train.flow.callee(keyword(loader, "sampler"))
+    assert callee is not None and callee.model is project.models["samplers"] and callee.node.name.value == "pick_sampler"
+
+
 def test_loop_iteration_and_backward_in_different_functions():
     model = model_of(
         """
