@@ -44,6 +44,8 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
 * ``model.flow.call_sites(function) -> Optional[list[(cst.Call, bound)]]`` - the calls of a same-file
   function (or of a class's constructor); None when it escapes (passed as a value,
   decorated).
+* ``model.flow.values_per_caller(param_binding) -> Optional[list[list[Value]]]`` - per call
+  site of the parameter's function, the values it passes (for "every caller agrees").
 * ``model.flow.parameter_argument(call, function, name, bound) -> Optional[expr]`` - the
   argument (or default) a call gives a parameter; None when star-args make it unclear.
 * ``model.flow.returned_values(callee, call) -> list[Value]``, ``own_returns(function)``,
@@ -74,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dplint.semantic import Binding, SemanticModel, Scope, Wrapping
 
 _SPACE = re.compile(r"\s+")
+_EXIT = object()  # records key: the state when a walked body falls off its end
 _MAX_DEPTH = 12
 _MAX_STEPS = 400  # values_at steps per question
 
@@ -153,6 +156,8 @@ class Flow:
         self._methods: Optional[set] = None
         self._active = 0  # values_at calls in progress (0: the next one is a new question)
         self._steps = 0
+        self._callees: dict[tuple, Optional[Callee]] = {}
+        self._instance_aliases: Optional[dict] = None
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -188,8 +193,29 @@ class Flow:
             return [(b, ()) for b in bindings]
         elsewhere = [b for b in bindings if not _inside(self.model, b.node, method)]
         elsewhere.sort(key=lambda b: _method_rank(self.model, b.node))
-        initial = [(b, ()) for b in elsewhere]
+        # What another method leaves behind is what is live when it ends, with the branch
+        # conditions it took (`self.net = build(); if ddp: self.net = DDP(self.net)`).
+        initial: list = []
+        for other in dict.fromkeys(_enclosing_function(self.model, b.node) for b in elsewhere):
+            if other is None:
+                continue
+            left = self._exit_state(owner, key, other)
+            if left is None:  # it always returns: any of its bindings may be what stays
+                left = [(b, self._branch_conditions(b.node)) for b in elsewhere if _enclosing_function(self.model, b.node) is other]
+            initial.extend(entry for entry in left if entry not in initial)
         return self._reaching_in(owner, key, at, method, initial)
+
+    def _branch_conditions(self, node: cst.CSTNode) -> Path:
+        """The `if` tests around a node inside its own function (outermost first)."""
+        found = []
+        child = node
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                break
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                found.append(self.condition(ancestor.test, holds=child is ancestor.body))
+            child = ancestor
+        return tuple(reversed(found))
 
     def _walk_scope(self, owner: "Scope", key: str, body_owner: cst.CSTNode, records: dict,
                     initial: Optional[list]) -> None:
@@ -207,9 +233,18 @@ class Flow:
         self._records_now = records
         node = body_owner
         if isinstance(node, cst.Module):
-            self._walk_block(node.body, state, ())
+            records[_EXIT] = self._walk_block(node.body, state, ())
         elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            self._walk_block(_blocks(node.body), state, ())
+            records[_EXIT] = self._walk_block(_blocks(node.body), state, ())
+
+    def _exit_state(self, owner: "Scope", key: str, method: cst.FunctionDef) -> Optional[list]:
+        """The bindings of `key` live when `method` falls off its end (None: it never does)."""
+        record_key = (owner, key, method)
+        records = self._records.get(record_key)
+        if records is None:
+            records = self._records[record_key] = {}
+            self._walk_scope(owner, key, method, records, None)
+        return records.get(_EXIT)
 
     def _anchor(self, node: cst.CSTNode) -> cst.CSTNode:
         if isinstance(node, (cst.For, cst.With, cst.ExceptHandler, cst.FunctionDef, cst.ClassDef)):
@@ -321,9 +356,33 @@ class Flow:
             root = root.value if not isinstance(root, cst.Call) else root.func
         scope = 0
         if isinstance(root, cst.Name):
-            owner = self.model.owner_scope(root.value, self.model.scope(test))
+            use_scope = self.model.scope(test)
+            if use_scope.self_name == root.value and use_scope.class_scope is not None:
+                # `self.distributed` is one test in every method of the class.
+                return Condition(text, holds, id(use_scope.class_scope.node))
+            owner = self.model.owner_scope(root.value, use_scope)
             scope = id(owner.node) if owner is not None and owner.kind == "function" else 0
+            stored_as = self._stored_on_instance(owner, root.value) if owner is not None else None
+            if stored_as is not None and text.startswith(root.value):
+                # `self.args = args` in this method: `args.distributed` is `self.args.distributed`.
+                class_node, attribute = stored_as
+                return Condition("self." + attribute + text[len(root.value):], holds, id(class_node))
         return Condition(text, holds, scope)
+
+    def _stored_on_instance(self, owner: "Scope", name: str) -> Optional[tuple]:
+        """(class, attribute) when method `owner` stores its local `name` as `self.attribute`."""
+        if owner.kind != "function" or owner.class_scope is None:
+            return None
+        if self._instance_aliases is None:
+            self._instance_aliases = {}
+            for key, bindings in self.model.bindings.items():
+                if not key.startswith("self."):
+                    continue
+                for binding in bindings:
+                    if isinstance(binding.value, cst.Name):
+                        method = next((a for a in self.model.ancestors(binding.node) if isinstance(a, cst.FunctionDef)), None)
+                        self._instance_aliases.setdefault((method, binding.value.value), (binding.scope.node, key[5:]))
+        return self._instance_aliases.get((owner.node, name))
 
     # ------------------------------------------------------------------------ values
     def values_at(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None,
@@ -445,6 +504,26 @@ class Flow:
         where = param if argument is param.default else call
         return self.values_at(argument, where, path, context, depth - 1)
 
+    def values_per_caller(self, param: "Binding") -> Optional[list[list[Value]]]:
+        """For a parameter's binding: what each call of its function passes (the argument's
+        values, or its default's), one list per call site in source order; None when the
+        function escapes, has no caller, or a call's star-args hide the argument. Rules that
+        need every caller to agree (all wrappers, all inner models) judge the lists."""
+        node = param.node
+        function = self.model.parent(self.model.parent(node)) if isinstance(node, cst.Param) else None
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        sites = self.call_sites(function)
+        if not sites:
+            return None
+        per_caller = []
+        for call, bound in sites:
+            argument = self.parameter_argument(call, function, node.name.value, bound)
+            if argument is None:
+                return None
+            per_caller.append(self.values_at(argument, node if argument is node.default else call))
+        return per_caller
+
     def _unpacked_values(self, binding: "Binding", path: Path, context: tuple, depth: int) -> list[Value]:
         """`train_dl, val_dl = make_loaders(...)`: the element of each returned tuple."""
         node = binding.node
@@ -555,7 +634,13 @@ class Flow:
     # ------------------------------------------------------------------- functions
     def callee(self, call: cst.Call, local: bool = False) -> Optional[Callee]:
         """The function or class of this file (or, unless `local`, of the project) that
-        `call` runs."""
+        `call` runs (memoised: rules ask about the same calls again and again)."""
+        key = (id(call), local)
+        if key not in self._callees:
+            self._callees[key] = self._callee(call, local)
+        return self._callees[key]
+
+    def _callee(self, call: cst.Call, local: bool = False) -> Optional[Callee]:
         model = self.model
         func = call.func
         if isinstance(func, cst.Name):
@@ -758,6 +843,24 @@ def _collapse(state: list) -> list:
 
 def _inside(model: "SemanticModel", node: cst.CSTNode, container: cst.CSTNode) -> bool:
     return node is container or any(a is container for a in model.ancestors(node))
+
+
+def _enclosing_function(model: "SemanticModel", node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    return next((a for a in model.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+
+
+def _replaced_later_in_its_method(model: "SemanticModel", binding: "Binding", bindings: list) -> bool:
+    method = next((a for a in model.ancestors(binding.node) if isinstance(a, cst.FunctionDef)), None)
+    if method is None:
+        return False
+    for other in bindings:
+        if other is binding or other.order <= binding.order or not _inside(model, other.node, method):
+            continue
+        statement = model.statement_of(other.node)
+        block = model.parent(statement)
+        if block is not None and model.parent(block) is method:
+            return True
+    return False
 
 
 def _method_rank(model: "SemanticModel", node: cst.CSTNode) -> tuple:

@@ -36,6 +36,7 @@ ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 MAX_LEVELS_UP = 8  # folders searched above the importer's own, at most
 MAX_RE_EXPORTS = 8  # `from .x import y` chains followed through `__init__.py` files
 MAX_FILE_BYTES = 2_000_000  # generated giants are not where training logic lives
+MAX_MODELS = 256  # parsed files kept per process: a whole-repository run stays in bounded memory
 # `from a.b import c, d` / `import a.b as x, e` at any indentation: what the pre-filter
 # follows without parsing (a cheap over-approximation; resolution proper needs the parse).
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(?:\(([^)]*)\)|([^\n#;]*))", re.M)
@@ -59,7 +60,9 @@ class Project:
     def register(self, model: SemanticModel, raw: Optional[bytes] = None) -> None:
         """The file being linted: resolving back into it must give this very model."""
         path = os.path.abspath(model.path)
-        self._models[path] = model
+        self._models.pop(path, None)
+        self._models[path] = model  # the newest entry: kept longest
+        self._forget_oldest()
         if raw is not None:
             self._hashes[path] = content_key(raw)
         model.project = self
@@ -98,7 +101,16 @@ class Project:
             return None
         model.project = self
         self._models[path] = model
+        self._forget_oldest()
         return model
+
+    def _forget_oldest(self) -> None:
+        """Drop the least recently parsed models beyond MAX_MODELS (they are parsed again if asked)."""
+        while len(self._models) > MAX_MODELS:
+            oldest = next(iter(self._models))
+            del self._models[oldest]
+            for key in [k for k, v in self._resolved.items() if v is not None and os.path.abspath(v[0].path) == oldest]:
+                del self._resolved[key]
 
     def model_owning(self, node: cst.CSTNode) -> Optional[SemanticModel]:
         """The loaded model whose tree holds `node` (a finding may point into another file)."""
@@ -108,41 +120,75 @@ class Project:
         return None
 
     # ------------------------------------------------------------------- pre-filter
-    def imported_files(self, path: str, text: str) -> Iterator[str]:
-        """Project files that `text` (the file at `path`) may import, found without parsing."""
+    def imported_definitions(self, path: str, text: str) -> Iterator[tuple[str, Optional[str]]]:
+        """(project file, imported name) pairs of `text`, found without parsing: the name is
+        None for `import pkg.mod as m`, whose used attributes (`m.build(...)`) are listed."""
         for match in _FROM_IMPORT.finditer(text):
             module = match.group(1)
             listed = match.group(2) if match.group(2) is not None else match.group(3)
-            names = [n.split()[0] for n in re.split(r"[,\\\n]", listed) if n.split() and n.split()[0] != "*"]
-            for name in (module, *(f"{module}.{n}" if not module.endswith(".") else module + n for n in names)):
-                yield from self._files_for_module(name, path)
+            names = [n.split()[0] for n in re.split(r"[,\\\n]", listed) if n.split()]
+            for name in names:
+                if name == "*":
+                    for module_file in self._files_for_module(module, path):
+                        yield module_file, None
+                    continue
+                submodule = f"{module}.{name}" if not module.endswith(".") else module + name
+                found = False
+                for module_file in self._files_for_module(submodule, path):  # `from pkg import mod`
+                    found = True
+                    for used in _attributes_used(text, name):
+                        yield module_file, used
+                if not found:
+                    for module_file in self._files_for_module(module, path):
+                        yield module_file, name
         for match in _IMPORT.finditer(text):
             for part in match.group(1).split(","):
                 words = part.split()
-                if words:
-                    yield from self._files_for_module(words[0], path)
+                if not words:
+                    continue
+                alias = words[2] if len(words) == 3 and words[1] == "as" else words[0]
+                for module_file in self._files_for_module(words[0], path):
+                    for used in _attributes_used(text, alias):
+                        yield module_file, used
 
     def import_closure(self, path: str, text: str, depth: int = 2, limit: int = 40) -> dict[str, str]:
-        """{path: text} of the project files reachable through imports, `depth` levels deep."""
-        found: dict[str, str] = {}
-        frontier = [(os.path.abspath(path), text)]
+        """{path: text} of what the file imports from the project, for the pre-filter: the
+        source of each imported definition (not the whole module: a package's `__init__`
+        names everything), and what those definitions import in turn, `depth` levels deep."""
+        found: dict[str, list[str]] = {}
+        seen: set = set()
+        own = os.path.abspath(path)
+        frontier = [(own, text)]
         for _ in range(depth):
             following = []
             for importer, importer_text in frontier:
-                for other in self.imported_files(importer, importer_text):
-                    if other in found or other == os.path.abspath(path) or len(found) >= limit:
+                for other, name in self.imported_definitions(importer, importer_text):
+                    if (other, name) in seen or other == own or len(seen) >= limit:
                         continue
-                    try:
-                        source = read_source(other)
-                    except SourceError:
+                    seen.add((other, name))
+                    module_text = self._text(other)
+                    if module_text is None:
                         continue
-                    if len(source.raw) > MAX_FILE_BYTES:
-                        continue
-                    self._hashes[other] = content_key(source.raw)
-                    found[other] = source.text
-                    following.append((other, source.text))
+                    piece = module_text if name is None else _definition_text(module_text, name)
+                    if piece is None:
+                        # Not defined there: a re-export (`from .x import name`), followed next.
+                        piece = _import_lines(module_text, name)
+                        if not piece:
+                            continue
+                    found.setdefault(other, []).append(piece)
+                    following.append((other, _import_lines(module_text) + "\n" + piece))
             frontier = following
-        return found
+        return {other: "\n".join(pieces) for other, pieces in found.items()}
+
+    def _text(self, path: str) -> Optional[str]:
+        try:
+            source = read_source(path)
+        except SourceError:
+            return None
+        if len(source.raw) > MAX_FILE_BYTES:
+            return None
+        self._hashes[path] = content_key(source.raw)
+        return source.text
 
     def _files_for_module(self, name: str, importer_path: str) -> Iterator[str]:
         if not name.strip("."):
@@ -240,6 +286,31 @@ class Project:
                     break
             self._found[key] = found
         return self._found[key]
+
+
+def _attributes_used(text: str, alias: str) -> set[str]:
+    """`m.build`, `m.data.make` -> {"build", "data"} for `import pkg.mod as m`."""
+    return set(re.findall(r"(?<![\w.])" + re.escape(alias) + r"\.(\w+)", text))
+
+
+def _definition_text(text: str, name: str) -> Optional[str]:
+    """The source of a top-level `def name` / `class name` / `name = ...` (to the next
+    top-level statement), or None."""
+    match = re.search(
+        r"^(?:async[ \t]+)?(?:def|class)[ \t]+" + re.escape(name) + r"\b|^" + re.escape(name) + r"[ \t]*[:=]", text, re.M
+    )
+    if match is None:
+        return None
+    following = re.compile(r"^[^\s#@)\]}]", re.M).search(text, match.end())
+    return text[match.start(): following.start() if following else len(text)]
+
+
+def _import_lines(text: str, name: Optional[str] = None) -> str:
+    """The module's import statements (those naming `name`, when given)."""
+    lines = [m.group(0) for m in _FROM_IMPORT.finditer(text)] + [m.group(0) for m in _IMPORT.finditer(text)]
+    if name is not None:
+        lines = [line for line in lines if re.search(r"\b" + re.escape(name) + r"\b", line)]
+    return "\n".join(lines)
 
 
 def owns(model: SemanticModel, node: cst.CSTNode) -> bool:

@@ -275,14 +275,14 @@ def _binds(target: cst.BaseExpression, name: str) -> bool:
 
 
 # ------------------------------------------------------------------ following values
-def reaching_bindings(model: SemanticModel, key: str, at: cst.CSTNode) -> list[Binding]:
+def reaching_bindings(model: SemanticModel, key: str, at: cst.CSTNode, globals_too: bool = False) -> list[Binding]:
     """The bindings of `key` (a name, or `self.x`) that may hold its value when `at` runs.
 
     Inside one function: the last binding before `at` that certainly ran (`runs_before`), and
     every later one before `at` that sits in a branch, a loop or a `try` (it ran on some
     paths). A `self.x` not bound earlier in the same method: every binding in the other
     methods of the class. A name of an enclosing scope (a global read in a function): none,
-    since when the function runs is unknown.
+    since when the function runs is unknown; with `globals_too`, every module-level binding.
 
     (A cheap over-approximation of `model.flow.reaching`, which walks the function once per
     name and costs seconds on long scripts; it can replace this once it is memoised per test.)
@@ -299,6 +299,10 @@ def reaching_bindings(model: SemanticModel, key: str, at: cst.CSTNode) -> list[B
             return [b for b in candidates if b.scope is owner and model.scope(b.node) is not here]
     else:
         if owner is not here:
+            # With `globals_too`, a module-level name read in a function may hold any of its
+            # module-level values (the function runs after the module body bound them).
+            if globals_too and owner.kind == "module":
+                return [b for b in candidates if b.scope is owner]
             return []
         local = [b for b in candidates if b.scope is owner and b.order < position]
     reaching: list[Binding] = []
@@ -939,7 +943,7 @@ def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Op
 
 def held_wrapper_of_key(model: SemanticModel, key: str, at: cst.CSTNode) -> Optional[Wrapping]:
     """`held_wrapper` for the name or `self.x` attribute `key` read at `at`."""
-    return _held_bindings(model, reaching_bindings(model, key, at), _wrappers_by_call(model))
+    return _held_bindings(model, reaching_bindings(model, key, at, globals_too=True), _wrappers_by_call(model))
 
 
 def _held(model: SemanticModel, exprs: list, by_call: dict[cst.Call, Wrapping], depth: int = _MAX_DEPTH) -> Optional[Wrapping]:
@@ -963,7 +967,7 @@ def _held(model: SemanticModel, exprs: list, by_call: dict[cst.Call, Wrapping], 
             key = model.binding_key(expr, expr)
             if key is None or key in ("True", "False", "None") or model.parent(expr) is None:
                 continue
-            for binding in reaching_bindings(model, key, expr):
+            for binding in reaching_bindings(model, key, expr, globals_too=True):
                 if isinstance(binding.node, cst.Param):
                     found = _held_by_every_caller(model, binding.node, by_call, depth - 1)
                     if found is not None:
@@ -999,7 +1003,7 @@ class InnerUse:
 
     wrapping: Wrapping
     wrapper: Optional[cst.BaseExpression]  # `model_dp` in `model_dp.module`; None for the inner name
-    alias: bool = False  # a name bound to `wrapper.module` (`core = net.module`): no fix is offered
+    alias: Optional[Binding] = None  # the binding `core = net.module` of an alias: no fix is offered
 
 
 def inner_model_use(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[InnerUse]:
@@ -1036,16 +1040,17 @@ def inner_model_use(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTN
 
 
 def _alias_of_inner(model: SemanticModel, key: str, at: cst.CSTNode) -> Optional[InnerUse]:
+    """`core` after `core = net.module` (or `net.module if isinstance(net, DDP) else net`)."""
     for binding in reaching_bindings(model, key, at):
-        value = peel_self_returning(binding.value)
-        if not (isinstance(value, cst.Attribute) and value.attr.value == "module"):
-            continue
-        wrapper_key = model.binding_key(value.value, value)
-        if wrapper_key is None or wrapper_key == key:
-            continue  # `model = model.module`: the name no longer holds the wrapper
-        wrapping = held_wrapper(model, value.value)
-        if wrapping is not None and held_wrapper_of_key(model, wrapper_key, at) is wrapping:
-            return InnerUse(wrapping, value.value, alias=True)
+        for value in _branches(binding.value):
+            if not (isinstance(value, cst.Attribute) and value.attr.value == "module"):
+                continue
+            wrapper_key = model.binding_key(value.value, value)
+            if wrapper_key is None or wrapper_key == key:
+                continue  # `model = model.module`: the name no longer holds the wrapper
+            wrapping = held_wrapper(model, value.value)
+            if wrapping is not None and held_wrapper_of_key(model, wrapper_key, at) is wrapping:
+                return InnerUse(wrapping, value.value, alias=binding)
     return None
 
 

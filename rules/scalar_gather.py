@@ -35,11 +35,13 @@ MAX_DEPTH = 6
 class ScalarGather(Rule):
     """
     ## What it does
-    Flags the call of an `nn.DataParallel` wrapper whose module's `forward` (a class defined in
-    the same file) returns a 0-d loss on every path -- `return F.cross_entropy(out, y)`,
+    Flags the call of an `nn.DataParallel` wrapper whose module is one of torch's `*Loss`
+    modules with a mean or sum reduction, or whose `forward` (a class defined in the same
+    file) returns a 0-d loss on every path -- `return F.cross_entropy(out, y)`,
     `return loss` with `loss = self.criterion(out, y)`, `return (out - y).pow(2).mean()` --
     when that result is back-propagated as it is: `loss = dp(x); loss.backward()`,
-    `dp(x).backward()` or `scaler.scale(loss).backward()`.
+    `dp(x).backward()`, `scaler.scale(loss).backward()`, or as a term of a sum
+    (`loss = dp_criterion(out, y) + 0.5 * aux`).
 
     The wrapper is found where it is held on some path: a name, a `self.x` attribute set in
     another method, a same-file (or project) function that returns
@@ -218,11 +220,9 @@ class ScalarGather(Rule):
         for backprop in backprops(model):
             if _has_explicit_gradient(backprop.site.node, backprop.site.qualified_name):
                 continue  # `loss.backward(torch.ones_like(loss))` works on a vector
-            for root in backprop.roots:
-                held = _wrapper_call(model, root, backprop.site.node)
-                if held is None or held[0] in flagged:
+            for call, wrapping in (held for root in backprop.roots for held in _wrapper_calls(model, root, backprop.site.node)):
+                if call in flagged:
                     continue
-                call, wrapping = held
                 found = _scalar_forward(model, wrapping)
                 if found is None:
                     continue
@@ -251,18 +251,33 @@ def _has_explicit_gradient(call: cst.Call, qualified_name: Optional[str]) -> boo
     return argument(call, 0, "gradient") is not None
 
 
-def _wrapper_call(model: SemanticModel, root: cst.BaseExpression, at: cst.CSTNode) -> Optional[tuple[cst.Call, Wrapping]]:
-    """The call of a DataParallel wrapper that `root` is (through names and `scaler.scale(...)`)."""
-    method = method_call(root) if isinstance(root, cst.Call) else None
-    if method is not None and method[1] == "scale" and len(root.args) == 1:  # type: ignore[union-attr]
-        root = root.args[0].value  # type: ignore[union-attr]
-    value = model.value_at(root, at)
-    if not isinstance(value, cst.Call):
-        return None
-    wrapping = held_wrapper(model, value.func)
-    if wrapping is None or wrapping.kind != "DP" or _single_device(model, wrapping):
-        return None
-    return value, wrapping
+def _wrapper_calls(model: SemanticModel, root: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.Call, Wrapping]]:
+    """The calls of DataParallel wrappers whose gathered result `root` back-propagates as it is:
+    `root` itself, through names, `scaler.scale(...)` and arithmetic (`nll(out, y) + 0.5 * aux`:
+    a vector plus a number is still a vector); never through a reduction (`.mean()`)."""
+    found: list[tuple[cst.Call, Wrapping]] = []
+    stack: list[tuple[cst.BaseExpression, cst.CSTNode]] = [(root, at)]
+    for _ in range(32):
+        if not stack:
+            break
+        expr, where = stack.pop()
+        method = method_call(expr) if isinstance(expr, cst.Call) else None
+        if method is not None and method[1] == "scale" and len(expr.args) == 1:  # type: ignore[union-attr]
+            stack.append((expr.args[0].value, where))  # type: ignore[union-attr]
+            continue
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, ARITHMETIC):
+            stack.extend(((expr.left, where), (expr.right, where)))
+            continue
+        value = model.value_at(expr, where)
+        if value is not expr and isinstance(value, (cst.BinaryOperation, cst.Call)):
+            stack.append((value, value))
+            continue
+        if not isinstance(value, cst.Call):
+            continue
+        wrapping = held_wrapper(model, value.func)
+        if wrapping is not None and wrapping.kind == "DP" and not _single_device(model, wrapping):
+            found.append((value, wrapping))
+    return found
 
 
 def _single_device(model: SemanticModel, wrapping: Wrapping) -> bool:
@@ -274,7 +289,15 @@ def _single_device(model: SemanticModel, wrapping: Wrapping) -> bool:
 def _scalar_forward(model: SemanticModel, wrapping: Wrapping) -> Optional[tuple[str, str]]:
     """(class name, "mean" | "sum") when the wrapped module's forward always returns a 0-d loss."""
     inner, _, _ = resolve(model, wrapping.inner, wrapping.call, peel=True)
-    if not isinstance(inner, cst.Call) or not isinstance(inner.func, cst.Name):
+    if not isinstance(inner, cst.Call):
+        return None
+    torch_loss = model.qualified_name(inner.func) or ""
+    if torch_loss.startswith("torch.nn.") and torch_loss.endswith("Loss"):
+        # `nn.DataParallel(nn.NLLLoss(weight=w))`: torch's losses reduce to 0-d unless told not to.
+        weight_first = torch_loss.rsplit(".", 1)[1] in WEIGHT_FIRST_LOSSES
+        reduction = _loss_reduction(inner) if _positional_count(inner) <= weight_first else None
+        return (torch_loss.rsplit(".", 1)[1], reduction) if reduction is not None else None
+    if not isinstance(inner.func, cst.Name):
         return None
     class_name = inner.func.value
     class_def = model.classes.get(class_name)

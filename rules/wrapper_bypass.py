@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import CallSite, SemanticModel, Wrapping
-from dplint.training import feeds_backward, held_wrapper, inner_model_use, wrapper_reference
+from dplint.semantic import Binding, CallSite, SemanticModel, Wrapping
+from dplint.training import backprops, exclusive_paths, feeds_backward, held_wrapper, inner_model_use, wrapper_reference
 
 
 class WrapperBypass(Rule):
@@ -22,10 +24,15 @@ class WrapperBypass(Rule):
       after `ddp_model = build_ddp(model)` with a same-file (or project) function that returns
       the wrapper of its argument; not on a branch that excludes the wrapping (`if multi_gpu:`
       wrap ... `else: out = model(x)`, or a second `if` with the same test);
-    - `wrapper.module(x)` where `wrapper` holds a wrapper on some path: a name, a `self.x`
-      attribute, a parameter that every caller in the file passes a wrapper, or a function's
-      result;
-    - a name bound to `wrapper.module` (`core = ddp.module` ... `core(x)`), without a fix.
+    - `wrapper.module(x)`, or a method of it that runs layers (`wrapper.module.predict(x)`;
+      not `parameters()`, `state_dict()` and torch's other Module methods, nor names starting
+      with `sample`, `get_`, `init`...), where `wrapper` holds a wrapper on some path: a name,
+      a `self.x` attribute, a module-level name read in a function, a parameter that every
+      caller in the file passes a wrapper, or a function's result;
+    - a name bound to `wrapper.module` (`core = ddp.module`, also
+      `ddp.module if isinstance(ddp, DDP) else ddp`) ... `core(x)`, without a fix; silent when
+      every backward of the function is on a path that excludes that binding
+      (`else: core = ddp.module` ... `if phase == "train": loss.backward()`).
 
     Wrappers are `torch.nn.DataParallel`, `DistributedDataParallel` and project classes that
     subclass them (`class MyDDP(DistributedDataParallel)`). Silent on DeepSpeed engines,
@@ -209,35 +216,80 @@ class WrapperBypass(Rule):
         for site in model.calls:
             if site.in_no_grad:
                 continue
-            use = inner_model_use(model, site.node.func, site.node)
-            if use is None or not feeds_backward(model, site.node):
+            func = site.node.func
+            method = None
+            use = inner_model_use(model, func, site.node)
+            if use is None and isinstance(func, cst.Attribute) and _may_run_layers(func.attr.value):
+                # `ddp.module.predict(x)` / `core.predict(x)` with `core = ddp.module`: a method
+                # of the inner model runs its layers without the wrapper's forward too
+                method = func.attr.value
+                use = inner_model_use(model, func.value, site.node)
+                if use is not None and use.wrapper is None:
+                    use = None  # `net.predict(x)` on a wrapped name: may be a wrapper-free helper
+            if use is None:
+                continue
+            if not feeds_backward(model, site.node):
                 continue
             if _wrapper_forward_is_backpropagated(model, use.wrapping, site):
                 continue  # both paths in one function: a deliberate choice, not a slip
+            if use.alias is not None and _alias_excludes_backward(model, use.alias, site):
+                continue  # `core = ddp.module` only on the path that never runs backward
             if use.wrapper is not None:
                 wrapper = model.code(use.wrapper)
             else:
                 wrapper = wrapper_reference(model, use.wrapping, site.node)
             shown = wrapper or use.wrapping.wrapper_key
             callee = model.code(site.node.func)
+            if method is not None:
+                shown_call = f"the forward through `{shown}`"
+            else:
+                shown_call = f"`{shown}(...)`"
             if use.wrapping.kind == "DDP":
                 severity = Severity.ERROR
                 message = (
                     f"`{callee}(...)` runs the model inside the DistributedDataParallel wrapper `{shown}` and its "
                     f"result is back-propagated: DDP's gradient all-reduce does not run for it, so each rank keeps "
-                    f"its own gradients and the replicas silently drift apart; call `{shown}(...)`"
+                    f"its own gradients and the replicas silently drift apart; call {shown_call}"
                 )
             else:
                 severity = Severity.WARNING
                 message = (
                     f"`{callee}(...)` runs the model inside the nn.DataParallel wrapper `{shown}` and its result is "
                     f"back-propagated: the batch is not split across GPUs, this step runs on one GPU only; "
-                    f"call `{shown}(...)`"
+                    f"call {shown_call}"
                 )
             fix = None
-            if wrapper is not None and not use.alias:
+            if wrapper is not None and use.alias is None and method is None:
                 fix = Fix(Applicability.UNSAFE, f"Call the wrapper `{wrapper}`", (Edit(site.node.func, wrapper),))
             yield Violation(site.node, message, fix, severity)
+
+
+# torch.nn.Module's own API: calling these on the inner module runs no layers.
+MODULE_API = {
+    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+    "modules", "named_modules", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",
+    "cpu", "half", "float", "double", "bfloat16", "zero_grad", "requires_grad_", "apply",
+    "register_buffer", "register_parameter", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "get_parameter", "get_submodule", "get_buffer", "add_module",
+    "type", "share_memory", "extra_repr",
+}
+
+
+# Method names that by convention prepare inputs rather than run the learned layers
+# (`sample_noisy_actions`, `get_config`): calling them on the inner module is no forward.
+NON_FORWARD_PREFIXES = ("sample", "get_", "set_", "init", "reset", "make_", "num_", "no_weight_decay")
+
+
+def _may_run_layers(method: str) -> bool:
+    return method != "module" and method not in MODULE_API and not method.startswith(NON_FORWARD_PREFIXES)
+
+
+def _alias_excludes_backward(model: SemanticModel, alias: Binding, inner: CallSite) -> bool:
+    """Every backward of the function runs on a path where the alias was not bound to
+    `.module` (`if phase == "train": ... else: core = ddp.module` ... `if phase == "train":
+    loss.backward()`)."""
+    sites = [b.site.node for b in backprops(model) if b.site.scope is inner.scope]
+    return bool(sites) and all(exclusive_paths(model, alias.node, site) for site in sites)
 
 
 def _wrapper_forward_is_backpropagated(model: SemanticModel, wrapping: Wrapping, inner: CallSite) -> bool:

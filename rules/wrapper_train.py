@@ -26,7 +26,9 @@ class WrapperTrain(Rule):
       same-file function that builds one, or a wrapper passed through a helper that returns
       its argument (`model = on_gpu(nn.DataParallel(net))`);
     - on a name bound to `wrapper.module` while `wrapper` still holds the wrapper
-      (`core = net.module` ... `core.train()`), reported without a fix.
+      (`core = net.module` ... `core.train()`), reported without a fix; silent when the
+      function also runs its forward through that name (validation through the inner module
+      on purpose: the mode of the module that runs is the one that matters).
 
     Wrappers are `torch.nn.DataParallel`, `DistributedDataParallel` and project classes that
     subclass them. `model = DDP(model)` rebinds the name to the wrapper and is never flagged.
@@ -207,6 +209,8 @@ class WrapperTrain(Rule):
             use = inner_model_use(model, receiver, site.node)
             if use is None:
                 continue
+            if use.alias is not None and _forwards_through(model, receiver, site.node):
+                continue  # the alias is the model this function runs: its mode is the one that matters
             if use.wrapper is not None:
                 wrapper = model.code(use.wrapper)
                 message = (
@@ -223,7 +227,7 @@ class WrapperTrain(Rule):
                     f"already follows `{inner}`'s mode, so only `{wrapper}.training` goes stale; "
                     f"call `{wrapper}.{mode}()`, which sets both"
                 )
-            fix = None if use.alias else self._fix(model, site.node, receiver, wrapper)
+            fix = None if use.alias is not None else self._fix(model, site.node, receiver, wrapper)
             yield Violation(site.node, message, fix)
 
     @staticmethod
@@ -231,3 +235,14 @@ class WrapperTrain(Rule):
         if not isinstance(model.parent(call), cst.Expr):
             return None  # the result is used: `wrapper.train()` returns the wrapper instead
         return Fix(Applicability.SAFE, f"Call it on `{wrapper}`", (Edit(receiver, wrapper),))
+
+
+def _forwards_through(model: SemanticModel, alias: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """The function also calls the alias itself (`core(x)`): it works on the inner module on
+    purpose (validation through `model.module`), so setting that module's mode is right."""
+    key = model.binding_key(alias, at)
+    scope = model.scope(at)
+    return any(
+        site.scope is scope and model.binding_key(site.node.func, site.node) == key
+        for site in model.calls
+    )

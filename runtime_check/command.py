@@ -68,6 +68,13 @@ def verify(ctx: click.Context, script: str, select, **options) -> None:
     and whatever it writes lands in a temporary folder. Loops end after the budget and the
     script goes on after them (saves, loads, evaluation run).
     """
+    if script.endswith(".ipynb"):  # notebooks (dplint/notebook.py) are checked and fixed, not run
+        click.echo(
+            f"dplint: error: verify runs scripts, not notebooks; export {script} first "
+            "(`jupyter nbconvert --to script`) and verify the .py file",
+            err=True,
+        )
+        sys.exit(EXIT_ERROR)
     try:
         from dplint.runtime_check.cli import run_verify
     except ImportError as error:

@@ -46,6 +46,7 @@ SELF_SPAWNING = {
     "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes",
 }
 ORIGINAL, FIXED = "original", "fixed"
+STRAGGLER_GRACE = 30.0  # seconds a rank may stay silent after the others ended the same variant
 
 
 class VerifyError(Exception):
@@ -162,6 +163,8 @@ def verify(script: str, script_args: list[str], options: VerifyOptions, progress
         for existing in variants.values():
             if existing.text == variant_text:
                 return existing.label
+        while label in variants:  # two findings of one rule on one line
+            label += "'"
         variants[label] = Variant(label, variant_text, len(variants))
         return label
 
@@ -367,7 +370,9 @@ class Batch:
         current, current_since = 0, time.monotonic()
         expected = self.report.nproc if self.report.distributed else 1
         ends = [set() for _ in self.variants]  # ranks that ended each variant
+        last_event = [time.monotonic()] * len(self.variants)
         all_ended = False
+        straggled_at: Optional[int] = None
         try:
             self.start()
             names = ", ".join(v.label for v in self.variants)
@@ -377,6 +382,7 @@ class Batch:
                 now = time.monotonic()
                 for index, tail in enumerate(tails):
                     for rank, event in tail.new_events():
+                        last_event[index] = now
                         if event["kind"] == "end":
                             ends[index].add(rank)
                         if index > current:
@@ -390,6 +396,14 @@ class Batch:
                 if all(len(ended) >= expected for ended in ends):
                     all_ended = True
                     break  # every variant ended on every rank: what is left is the process's exit
+                if ends[current] and len(ends[current]) < expected and now - last_event[current] > STRAGGLER_GRACE:
+                    # the others ended this variant long ago and the rest went silent: torch's
+                    # teardown of a destroyed process group (a DDP freed when the script's main
+                    # returns) can wait forever on a peer that is waiting for the next variant
+                    straggled_at = current
+                    progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: rank(s) "
+                             f"{sorted(set(range(expected)) - ends[current])} stuck after the others ended: restarting")
+                    break
                 if now - current_since > self.options.timeout:
                     timed_out_at = current
                     progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: "
@@ -405,6 +419,15 @@ class Batch:
             if not events:
                 all_ran = False
                 continue  # not started: the next batch runs it
+            if index == straggled_at:
+                stuck = sorted(set(range(self.report.nproc)) - {r for r, evs in events.items()
+                                                               if any(e["kind"] == "end" for e in evs)})
+                for rank in stuck:  # its script's lines all ran; only its exit hung
+                    last = events.get(rank, [{}])[-1]
+                    events.setdefault(rank, []).append(dict(
+                        kind="end", status="finished", error=None, line=None, needs_cuda=False,
+                        seq=last.get("seq", 0) + 1, stuck=True,
+                    ))
             view = RunView(variant.label, events, timed_out=index == timed_out_at,
                            returncode=self.returncode, log_tail=self.log_tail)
             starts = [e["wall"] for evs in events.values() for e in evs if e["kind"] == "start" and "wall" in e]

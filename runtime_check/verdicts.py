@@ -102,6 +102,10 @@ class RunView:
             return "stopped by the budget"
         if "exit" in statuses:
             return "the script exited with a non-zero status"
+        stuck = [end["rank"] for end in self.ends if end.get("stuck")]
+        if stuck:
+            return (f"finished; rank {', '.join(map(str, stuck))} then hung in torch's process-group teardown "
+                    "(verify stopped it)")
         return "finished"
 
 

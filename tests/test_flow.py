@@ -209,6 +209,10 @@ def test_callers_that_differ_or_escapes_say_nothing():
     in_step, in_worker = [s.node for s in model.calls if model.code(s.node.func) == "use"]
     assert shown(model, model.flow.values_at(in_step.args[0].value, in_step)) == [(None, ())]
     assert shown(model, model.flow.values_at(in_worker.args[0].value, in_worker)) == [(None, ())]
+    (m_param,) = [b for b in model.bindings["m"] if isinstance(b.node, cst.Param)]
+    assert [shown(model, values) for values in model.flow.values_per_caller(m_param)] == [[("a", ())], [("b", ())]]
+    (rank_param,) = [b for b in model.bindings["rank"] if isinstance(b.node, cst.Param)]
+    assert model.flow.values_per_caller(rank_param) is None  # `worker` escapes into spawn()
 
 
 def test_tuple_target_is_a_store():

@@ -382,6 +382,107 @@ class TestWrapperBypassFlow:
         assert found_lines == ["train.py:5:17:", "train.py:5:35:"]
 
 
+class TestRealShapes:
+    """Shapes measured on the project's real-world benchmark (written fresh, not copied)."""
+
+    def test_unwrapped_alias_by_isinstance_of_a_global_wrapper(self):
+        code = (
+            "from torch.nn.parallel import DistributedDataParallel\n"
+            "def train_epoch(loader):\n"
+            "    for x, y in loader:\n"
+            "        policy = model.module if isinstance(model, DistributedDataParallel) else model\n"
+            "        out = policy(x)\n"
+            "        loss = crit(out, y)\n"
+            "        loss.backward()\n"
+            "if __name__ == '__main__':\n"
+            "    model = build()\n"
+            "    if distributed:\n"
+            "        model = DistributedDataParallel(model, device_ids=[rank])\n"
+            "    train_epoch(loader)\n"
+        )
+        assert found(code, "DPL002") == [(5, 15)]
+        assert fixed(code, "DPL002") == code  # an alias: no fix
+
+    def test_method_of_the_inner_module_feeding_the_loss(self):
+        code = (
+            "import torch.nn as nn\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "def step(head, feats, target):\n"
+            "    pred = head.module.predict_action(feats)\n"
+            "    params = sum(p.pow(2).sum() for p in head.module.parameters())\n"
+            "    return nn.L1Loss()(pred, target) + 1e-4 * params\n"
+            "head = DDP(Head(), device_ids=[0])\n"
+            "loss = step(head, f, t)\n"
+            "loss.backward()\n"
+        )
+        (finding,) = [f for f in lint(code) if f.code == "DPL002"]
+        assert (finding.location.row, finding.location.column) == (4, 12)
+        assert "call the forward through `head`" in finding.message
+        assert fixed(code, "DPL002") == code
+
+    def test_alias_only_on_the_path_without_backward(self):
+        code = (
+            "import torch.nn as nn\n"
+            "class Trainer:\n"
+            "    def __init__(self, net):\n"
+            "        self.net = nn.DataParallel(net)\n"
+            "    def run_epoch(self, phase, loader):\n"
+            "        net = self.net\n"
+            "        if phase == 'train':\n"
+            "            net.train()\n"
+            "        else:\n"
+            "            net = self.net.module\n"
+            "            net.eval()\n"
+            "        for batch in loader:\n"
+            "            loss = net(batch).mean()\n"
+            "            if phase == 'train':\n"
+            "                loss.backward()\n"
+        )
+        assert found(code, "DPL002") == []
+        assert found(code, "DPL001") == []  # the alias is what the function runs: its mode matters
+
+    def test_alias_whose_mode_is_set_while_the_wrapper_runs(self):
+        code = (
+            "import torch.nn as nn\n"
+            "def fit(net, loader):\n"
+            "    dp = nn.DataParallel(net)\n"
+            "    core = dp.module\n"
+            "    core.train()\n"
+            "    for x in loader:\n"
+            "        dp(x).sum().backward()\n"
+        )
+        assert found(code, "DPL001") == [(5, 5)]
+
+    def test_dataparallel_torch_loss_in_a_sum(self):
+        code = (
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "class Trainer:\n"
+            "    def __init__(self, w):\n"
+            "        self.criterion = nn.NLLLoss(weight=w).cuda()\n"
+            "        if torch.cuda.device_count() > 1:\n"
+            "            self.criterion = nn.DataParallel(self.criterion).cuda()\n"
+            "    def fit(self, model, loader):\n"
+            "        self.epoch(model, loader, criterion=self.criterion)\n"
+            "    def epoch(self, model, loader, criterion):\n"
+            "        for x, y in loader:\n"
+            "            out = model(x)\n"
+            "            loss = criterion(torch.log(out), y) + 0.5 * aux(out)\n"
+            "            scaler.scale(loss).backward()\n"
+        )
+        assert found(code, "DPL012") == [(13, 20)]
+        assert "criterion(torch.log(out), y).mean() + 0.5" in fixed(code, "DPL012")
+
+    def test_reduced_sum_is_silent(self):
+        code = (
+            "import torch.nn as nn\n"
+            "crit = nn.DataParallel(nn.MSELoss())\n"
+            "loss = (crit(a, b) + crit(c, d)).mean()\n"
+            "loss.backward()\n"
+        )
+        assert found(code, "DPL012") == []
+
+
 # -------------------------------------------------- DPL010 / DPL012 through helpers
 def test_optimizer_wrapped_by_a_helper_is_reported_at_the_call_without_fix():
     code = (

@@ -60,13 +60,17 @@ def folder_name(repo, commit):
     return f"{repo.replace('/', '__')}@{commit[:10]}"
 
 
+class DplintFailed(Exception):
+    """dplint exited with an error (not findings: --exit-zero) in one checkout."""
+
+
 def run_dplint(dplint_cmd, folder):
     """dplint's findings at a checkout's root, as (path, slug, line, message)."""
     command = shlex.split(dplint_cmd) + [
         "check", "--output-format", "json", "--exit-zero", "--no-cache", "."]
     done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"dplint failed in {folder}:\n{done.stderr}")
+        raise DplintFailed(f"dplint failed in {folder}: {done.stderr.strip().splitlines()[-1:]}")
     findings = []
     for item in json.loads(done.stdout or "[]"):
         path = Path(item["filename"])
@@ -153,13 +157,18 @@ def main(argv=None):
     started = time.perf_counter()
     totals = defaultdict(lambda: {"tp": 0, "fp": 0, "fn": 0})
     listed = {"tp": [], "fp": [], "fn": [], "unjudged": [], "ambiguous": []}
-    missing = []
+    missing, failed = [], []
     for name in sorted(by_folder):
         folder = args.checkouts / name
         if not folder.is_dir():
             missing.append(name)
             continue
-        counts, events = score_folder(by_folder[name], run_dplint(args.dplint, folder))
+        try:
+            findings = run_dplint(args.dplint, folder)
+        except DplintFailed as error:
+            failed.append(str(error))
+            continue
+        counts, events = score_folder(by_folder[name], findings)
         for rule, c in counts.items():
             for k in c:
                 totals[rule][k] += c[k]
@@ -174,6 +183,8 @@ def main(argv=None):
 
     if missing:
         print(f"missing checkouts ({len(missing)}): " + " ".join(missing))
+    for error in failed:
+        print(error)
     if not args.quiet:
         for name, (row, line) in listed["fp"]:
             print(f"FP  line {line}: {describe(row)}")
@@ -190,14 +201,14 @@ def main(argv=None):
         tp, fp, fn = tp + c["tp"], fp + c["fp"], fn + c["fn"]
         print(f"{rule:28} {c['tp']:>4} {c['fp']:>4} {c['fn']:>4} "
               f"{ratio(c['tp'], c['tp'] + c['fp']):>9.2f} {ratio(c['tp'], c['tp'] + c['fn']):>7.2f}")
-    scored = [name for name in by_folder if name not in missing]
+    scored = [name for name in by_folder if name not in missing and not any(name in e for e in failed)]
     print(f"\nrepositories {len({name.split('@')[0] for name in scored})} "
-          f"({len(scored)} checkouts), rows {len(rows)}, "
+          f"({len(scored)} checkouts), rows {sum(len(by_folder[n]) for n in scored)}, "
           f"unjudged findings {len(listed['unjudged'])}, ambiguous rows "
-          f"{sum(1 for r in rows if r.get('ambiguous'))}, {elapsed:.1f} s")
+          f"{sum(1 for n in scored for r in by_folder[n] if r.get('ambiguous'))}, {elapsed:.1f} s")
     print(f"realworld: precision {ratio(tp, tp + fp):.2f} recall {ratio(tp, tp + fn):.2f} "
           f"({tp}/{fp}/{fn})")
-    return 0
+    return 1 if failed or missing else 0
 
 
 if __name__ == "__main__":

@@ -141,6 +141,9 @@ def test_verdict_and_evidence(verified, fixture, code, snippet, verdict, origina
         assert text in result.fixed
 
 
+# The misuse a fixture shows may need another one as its cause, which the rules rightly flag too:
+# strict=False silently loads nothing because the checkpoint was saved from the wrapper.
+CAUSES = {"strict_false_load": {"DPL006"}}
 SINGLE = sorted({fixture for fixture, *_ in EXPECTED} - {"all_misuses"})
 
 
@@ -150,9 +153,9 @@ def test_one_misuse_per_fixture(verified, fixture):
     """Besides its own rule's findings, no registered rule flags a single-misuse fixture."""
     report = verified(fixture)
     (own,) = {code for name, code, *_ in EXPECTED if name == fixture}
-    assert {r.finding.code for r in report.results} <= {own}
+    assert {r.finding.code for r in report.results} <= {own} | CAUSES.get(fixture, set())
     assert not report.errors
-    assert report.runs["original"].stop_reason() == "finished"
+    assert report.runs["original"].stop_reason().startswith("finished")
 
 
 def test_every_code_has_an_expectation():
