@@ -816,29 +816,45 @@ def _merge_all(states: list) -> Optional[list]:
     return out
 
 
+_MAX_PATHS = 6  # paths kept per binding; beyond it only the conditions they all share
+
+
 def _collapse(state: list) -> list:
-    """(b, c+x) and (b, c+not x) -> (b, c): the binding is live whichever way x went."""
-    changed = True
-    while changed:
-        changed = False
-        for i, (binding, path) in enumerate(state):
-            for j in range(i + 1, len(state)):
-                other, other_path = state[j]
-                if other is not binding or len(other_path) != len(path):
-                    continue
-                differ = [k for k, (a, b) in enumerate(zip(path, other_path)) if a != b]
-                if len(differ) == 1 and path[differ[0]].negated() == other_path[differ[0]]:
-                    merged = path[: differ[0]] + path[differ[0] + 1:]
-                    state = [e for k, e in enumerate(state) if k not in (i, j)] + [(binding, merged)]
-                    changed = True
+    """(b, c+x) and (b, c+not x) -> (b, c): the binding is live whichever way x went.
+
+    Paths are merged per binding; a binding reached on more than `_MAX_PATHS` paths keeps only
+    the conditions common to all of them (weaker, so still true), which bounds the cost on long
+    chains of unrelated `if`s."""
+    groups: dict[int, tuple] = {}
+    for binding, path in state:
+        group = groups.setdefault(id(binding), (binding, []))
+        if path not in group[1]:
+            group[1].append(path)
+    out = []
+    for binding, paths in groups.values():
+        if len(paths) > _MAX_PATHS:
+            shared = [c for c in paths[0] if all(c in other for other in paths[1:])]
+            paths = [tuple(shared)]
+        changed = True
+        while changed and len(paths) > 1:
+            changed = False
+            for i, path in enumerate(paths):
+                for j in range(i + 1, len(paths)):
+                    other_path = paths[j]
+                    if len(other_path) != len(path):
+                        continue
+                    differ = [k for k, (a, b) in enumerate(zip(path, other_path)) if a != b]
+                    if len(differ) == 1 and path[differ[0]].negated() == other_path[differ[0]]:
+                        merged = path[: differ[0]] + path[differ[0] + 1:]
+                        paths = [q for k, q in enumerate(paths) if k not in (i, j)]
+                        if merged not in paths:
+                            paths.append(merged)
+                        changed = True
+                        break
+                if changed:
                     break
-            if changed:
-                break
-    deduped = []
-    for entry in state:
-        if not any(b is entry[0] and p == entry[1] for b, p in deduped):
-            deduped.append(entry)
-    return deduped
+        out.extend((binding, path) for path in paths)
+    return out
 
 
 def _inside(model: "SemanticModel", node: cst.CSTNode, container: cst.CSTNode) -> bool:
