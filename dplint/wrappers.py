@@ -16,7 +16,7 @@ from typing import Iterable, Optional
 
 import libcst as cst
 
-from dplint.semantic import SemanticModel, Wrapping
+from dplint.semantic import SemanticModel, Wrapping, dotted_name
 
 # Public attributes of `nn.Module()` in torch 2.13.
 MODULE_ATTRIBUTES = frozenset({
@@ -89,25 +89,42 @@ def wrapper_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNod
 
 def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode,
                      wrappings: Iterable[Wrapping] = ()) -> int:
-    """How many feasible reaching values of `expr` are known not to be wrappers: a known
-    expression that is no wrapping, or the very value one of `wrappings` wraps on another path
-    (`if ws > 1: net = DDP(net)` leaves `net` bare when the test fails, whatever it holds)."""
-    wrapped_inner = set()
+    """How many feasible reaching values of `expr` are surely not wrappers: the very value one
+    of `wrappings` wraps on another path (`if ws > 1: net = DDP(net)` leaves `net` bare when
+    the test fails, whatever it holds), or an instance of a class the project defines.
+    A third-party call (`apex.parallel.DistributedDataParallel(net)`) may be a wrapper too."""
+    inner_exprs, inner_bindings = set(), set()
     for wrapping in wrappings:
-        if wrapping.inner is not None:
-            owner = wrapping_model(model, wrapping)
-            if owner is not None:
-                wrapped_inner.update(id(v.binding) for v in owner.flow.values_at(wrapping.inner, wrapping.call) if v.binding)
+        owner = wrapping_model(model, wrapping) if wrapping.inner is not None else None
+        if owner is None:
+            continue
+        for value in owner.flow.values_at(wrapping.inner, wrapping.call):
+            if value.known:
+                inner_exprs.add(id(value.expr))
+            if value.binding is not None:
+                inner_bindings.add(id(value.binding))
     count = 0
     for value in model.flow.values_at(expr, at):
         if not feasible((*value.conditions, *conditions_at(model, at))):
             continue
-        if value.known:
-            if not any(w.call is value.expr for w in value.model.wrappings):
-                count += 1
-        elif value.binding is not None and id(value.binding) in wrapped_inner:
+        if value.known and any(w.call is value.expr for w in value.model.wrappings):
+            continue
+        if id(value.expr) in inner_exprs or (value.binding is not None and id(value.binding) in inner_bindings):
+            count += 1
+        elif value.known and isinstance(value.expr, cst.Call) and _builds_project_class(value.model, value.expr):
             count += 1
     return count
+
+
+def _builds_project_class(model: SemanticModel, call: cst.Call) -> bool:
+    """`Net()` for a class of the project that is not itself a wrapper subclass
+    (`class DataParallelWithCallback(DataParallel)` is one)."""
+    callee = model.flow.callee(call)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return False
+    return not any(
+        (dotted_name(base.value) or "").endswith("DataParallel") for base in callee.node.bases
+    )
 
 
 def wrapping_model(model: SemanticModel, wrapping: Wrapping) -> Optional[SemanticModel]:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
-from dplint.wrappers import WRAPPER_CLASS_NAMES, narrowed_to_wrapper, wrapper_has, wrapper_paths
+from dplint.wrappers import WRAPPER_CLASS_NAMES, narrowed_to_wrapper, wrapper_has, wrapper_paths, wrapping_model
 
 
 class AttributeThroughWrapper(Rule):
@@ -25,7 +25,8 @@ class AttributeThroughWrapper(Rule):
 
     Silent when the code cannot tell what the name holds (a parameter that callers pass
     different things, an unknown library's wrapper or a project subclass with its own
-    `__getattr__`), when the attribute is assigned on the wrapper in the file
+    `__getattr__`), when the wrapper exists only on some paths and those are decided in
+    another file (a factory's `if opt.isTrain:`), when the attribute is assigned on the wrapper in the file
     (`ddp.epoch = 0`), and under a test of the object itself (`if hasattr(m, "features")`,
     `isinstance(m, DDP)` in its `else`).
 
@@ -119,6 +120,10 @@ class AttributeThroughWrapper(Rule):
             wrappings, wrapped, bare = wrapper_paths(model, base, node)
             wrappings = [w for w in wrappings if not wrapper_has(w.kind, attribute)]
             if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
+                continue
+            if bare and not any(wrapping_model(model, w) is model for w in wrappings):
+                # Wrapped only on some paths, decided in another file (`if opt.isTrain:` in a
+                # factory): the caller's configuration usually settles it; say nothing.
                 continue
             kind = WRAPPER_CLASS_NAMES[wrappings[0].kind]
             line = model.position(wrappings[0].call)[0].line if wrappings[0].scope is not None and _owns(model, wrappings[0].call) else None

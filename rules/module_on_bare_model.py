@@ -8,7 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
-from dplint.wrappers import known_bare_paths, narrowed_to_wrapper, wrapper_paths
+from dplint.wrappers import known_bare_paths, narrowed_to_wrapper, wrapper_paths, wrapping_model
 
 
 class ModuleOnBareModel(Rule):
@@ -23,8 +23,9 @@ class ModuleOnBareModel(Rule):
     The model is followed through names, branches, `self.x`, same-file functions and imported
     project files.
 
-    Silent when the model is never wrapped in what the analysis can see (a class of the
-    project may well have its own `module` attribute), and when what the bare path holds is
+    Silent when the wrapping happens in another file (a factory whose `if` the caller's
+    configuration settles), when the model is never wrapped in what the analysis can see (a
+    class of the project may well have its own `module` attribute), and when what the bare path holds is
     unknown (a parameter that different callers fill differently).
 
     ## Why is this bad?
@@ -125,6 +126,8 @@ class ModuleOnBareModel(Rule):
                 continue
             if known_bare_paths(model, base, node, wrappings) == 0:
                 continue
+            if not any(wrapping_model(model, w) is model for w in wrappings):
+                continue  # wrapped in another file under its own configuration test: can't tell
             target = model.code(base)
             yield Violation(
                 node=node,
