@@ -21,7 +21,8 @@ class AttributeThroughWrapper(Rule):
     `self.x` attributes, same-file functions that build and return it, and imported project
     files. Attributes the wrapper has itself (everything of `nn.Module`, and what
     `DataParallel` / DDP add: `module`, `device_ids`, `no_sync`, ...; torch 2.13's own
-    list) are never flagged, nor names that start with `_`.
+    list) are never flagged, nor names that start with `_`, nor a wrapped optimizer's
+    methods (optimizer-in-dataparallel, DPL010, reports those).
 
     Silent when the code cannot tell what the name holds (a parameter that callers pass
     different things, an unknown library's wrapper or a project subclass with its own
@@ -118,7 +119,7 @@ class AttributeThroughWrapper(Rule):
             if key is None or (key, attribute) in stored:
                 continue
             wrappings, wrapped, bare = wrapper_paths(model, base, node)
-            wrappings = [w for w in wrappings if not wrapper_has(w.kind, attribute)]
+            wrappings = [w for w in wrappings if not wrapper_has(w.kind, attribute) and not wraps_optimizer(model, w)]
             if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
                 continue
             if bare and not any(wrapping_model(model, w) is model for w in wrappings):
@@ -142,6 +143,19 @@ class AttributeThroughWrapper(Rule):
                     (Edit(node, node.with_changes(value=cst.Attribute(base, cst.Name("module")))),),
                 ),
             )
+
+
+def wraps_optimizer(model: SemanticModel, wrapping) -> bool:
+    """`nn.DataParallel(optimizer)`: optimizer-in-dataparallel (DPL010) reports that one."""
+    owner = wrapping_model(model, wrapping)
+    if owner is None or wrapping.inner is None:
+        return False
+    for value in owner.flow.values_at(wrapping.inner, wrapping.call):
+        if value.known and isinstance(value.expr, cst.Call):
+            name = value.model.qualified_name(value.expr.func) or ""
+            if name.startswith("torch.optim."):
+                return True
+    return False
 
 
 def _owns(model: SemanticModel, node: cst.CSTNode) -> bool:
