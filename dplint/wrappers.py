@@ -1,0 +1,197 @@
+"""What a `DataParallel` / `DistributedDataParallel` wrapper object has, and on which paths a
+name holds one: shared by the rules about attributes read through a wrapper (DPL015) and
+`.module` read from a bare model (DPL016).
+
+The attribute tables are torch 2.13's own (`dir()` of a constructed wrapper minus
+`dir(nn.Module())`, public names only); `tests/test_wrappers.py` re-derives them from torch
+when it is installed, so a torch upgrade that adds an attribute shows up as a failing test.
+Anything else read from a wrapper goes through `nn.Module.__getattr__`, which only knows the
+wrapper's own parameters, buffers and sub-modules (just `module`), so it raises
+`AttributeError: 'DistributedDataParallel' object has no attribute 'features'`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import libcst as cst
+
+from dplint.semantic import SemanticModel, Wrapping, dotted_name
+
+# Public attributes of `nn.Module()` in torch 2.13.
+MODULE_ATTRIBUTES = frozenset({
+    "T_destination", "add_module", "apply", "bfloat16", "buffers", "call_super_init", "children",
+    "compile", "cpu", "cuda", "double", "dump_patches", "eval", "extra_repr", "float", "forward",
+    "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half", "ipu",
+    "load_state_dict", "modules", "mtia", "named_buffers", "named_children", "named_modules",
+    "named_parameters", "parameters", "register_backward_hook", "register_buffer",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "register_full_backward_pre_hook", "register_load_state_dict_post_hook",
+    "register_load_state_dict_pre_hook", "register_module", "register_parameter",
+    "register_state_dict_post_hook", "register_state_dict_pre_hook", "requires_grad_",
+    "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train",
+    "training", "type", "xpu", "zero_grad",
+})
+# What `nn.DataParallel` adds (torch 2.13).
+DATA_PARALLEL_ATTRIBUTES = frozenset({
+    "device_ids", "dim", "gather", "module", "output_device", "parallel_apply", "replicate",
+    "scatter", "src_device_obj",
+})
+# What `DistributedDataParallel` adds (torch 2.13).
+DDP_ATTRIBUTES = frozenset({
+    "batched_grad_copy", "broadcast_bucket_size", "broadcast_buffers", "bucket_bytes_cap",
+    "bucket_bytes_cap_default", "bucket_bytes_cap_list", "device", "device_ids", "device_type",
+    "dim", "find_unused_parameters", "forward_sync_buffers", "gather", "gradient_as_bucket_view",
+    "is_multi_device_module", "join", "join_device", "join_hook", "join_process_group", "logger",
+    "mixed_precision", "module", "modules_buffers", "named_module_buffers", "no_sync",
+    "output_device", "parameters_to_ignore", "process_group", "reducer", "register_comm_hook",
+    "require_backward_grad_sync", "require_forward_param_sync", "scatter",
+    "skip_all_reduce_unused_params", "static_graph", "to_kwargs",
+    "use_side_stream_for_tensor_copies", "will_sync_module_buffers",
+})
+WRAPPER_CLASS_NAMES = {"DP": "DataParallel", "DDP": "DistributedDataParallel"}
+
+
+def wrapper_has(kind: str, attribute: str) -> bool:
+    """Whether a wrapper of this kind ("DP" / "DDP") has the attribute without the user's help."""
+    own = DATA_PARALLEL_ATTRIBUTES if kind == "DP" else DDP_ATTRIBUTES
+    return attribute.startswith("_") or attribute in MODULE_ATTRIBUTES or attribute in own
+
+
+def feasible(path: Iterable) -> bool:
+    """A path on which no test both holds and fails (`if multi_gpu:` ... `if not multi_gpu:`)."""
+    seen: dict = {}
+    for condition in path:
+        key = (condition.test, condition.scope)
+        if seen.setdefault(key, condition.holds) != condition.holds:
+            return False
+    return True
+
+
+def wrapper_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> tuple[list[Wrapping], int, int]:
+    """(wrappings `expr` may hold at `at`, paths where it is a wrapper, paths where it is not).
+
+    Only feasible paths count; a value the flow cannot tell (an unknown call, a parameter with
+    several callers) counts as "not a wrapper" for the second number and as unknown for the
+    third: callers that need certainty check `unknown_paths` themselves."""
+    wrapped, bare, found = 0, 0, []
+    for wrapping, path in model.flow.wrappings_at(expr, at):
+        if not feasible((*path, *conditions_at(model, at))):
+            continue
+        if wrapping is None:
+            bare += 1
+        else:
+            wrapped += 1
+            if wrapping not in found:
+                found.append(wrapping)
+    return found, wrapped, bare
+
+
+def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode,
+                     wrappings: Iterable[Wrapping] = ()) -> int:
+    """How many feasible reaching values of `expr` are surely not wrappers: the very value one
+    of `wrappings` wraps on another path (`if ws > 1: net = DDP(net)` leaves `net` bare when
+    the test fails, whatever it holds), or an instance of a class the project defines.
+    A third-party call (`apex.parallel.DistributedDataParallel(net)`) may be a wrapper too."""
+    inner_exprs, inner_bindings = set(), set()
+    for wrapping in wrappings:
+        owner = wrapping_model(model, wrapping) if wrapping.inner is not None else None
+        if owner is None:
+            continue
+        for value in owner.flow.values_at(wrapping.inner, wrapping.call):
+            if value.known:
+                inner_exprs.add(id(value.expr))
+            if value.binding is not None:
+                inner_bindings.add(id(value.binding))
+    count = 0
+    for value in model.flow.values_at(expr, at):
+        if not feasible((*value.conditions, *conditions_at(model, at))):
+            continue
+        if value.known and any(w.call is value.expr for w in value.model.wrappings):
+            continue
+        if id(value.expr) in inner_exprs or (value.binding is not None and id(value.binding) in inner_bindings):
+            count += 1
+        elif value.known and isinstance(value.expr, cst.Call) and _builds_project_class(value.model, value.expr):
+            count += 1
+    return count
+
+
+def _builds_project_class(model: SemanticModel, call: cst.Call) -> bool:
+    """`Net()` for a class of the project that is not itself a wrapper subclass
+    (`class DataParallelWithCallback(DataParallel)` is one)."""
+    callee = model.flow.callee(call)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return False
+    return not any(
+        (dotted_name(base.value) or "").endswith("DataParallel") for base in callee.node.bases
+    )
+
+
+def wrapping_model(model: SemanticModel, wrapping: Wrapping) -> Optional[SemanticModel]:
+    """The model (this file's or an imported one's) whose tree holds the wrapping's call."""
+    if wrapping in model.wrappings:
+        return model
+    project = getattr(model, "project", None)
+    return project.model_owning(wrapping.call) if project is not None else None
+
+
+def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
+    """The branch conditions that hold where `node` runs (the `if` tests around it in its scope)."""
+    found = []
+    child = node
+    scope = model.scope(node)
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, (cst.If, cst.IfExp)):
+            in_body = _is_within(child, ancestor.body)
+            in_else = isinstance(ancestor, cst.If) and ancestor.orelse is not None and child is ancestor.orelse
+            if isinstance(ancestor, cst.IfExp):
+                in_else = child is ancestor.orelse
+            if in_body or in_else:
+                found.append(model.flow.condition(ancestor.test, holds=in_body))
+        child = ancestor
+    del scope
+    return tuple(found)
+
+
+def _is_within(child: cst.CSTNode, part: cst.CSTNode) -> bool:
+    return child is part
+
+
+def narrowed_to_wrapper(model: SemanticModel, name_expr: cst.BaseExpression, node: cst.CSTNode) -> Optional[bool]:
+    """Whether an enclosing test checks the object itself: `hasattr(m, "module")`,
+    `isinstance(m, (DataParallel, DDP))` (True where the check holds, False in its else);
+    None when no such test encloses the node."""
+    target = model.code(name_expr)
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return None
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            checks = _checks_wrapper(model, ancestor.test, target)
+            if checks is not None:
+                return checks if child is ancestor.body else not checks
+        child = ancestor
+    return None
+
+
+def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str) -> Optional[bool]:
+    negate = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, negate = test.expression, not negate
+    if isinstance(test, cst.BooleanOperation):
+        for side in (test.left, test.right):
+            found = _checks_wrapper(model, side, target)
+            if found is not None:
+                return found != negate if isinstance(test.operator, cst.And) else None
+        return None
+    if not isinstance(test, cst.Call) or not test.args:
+        return None
+    function = model.code(test.func)
+    first = model.code(test.args[0].value)
+    if first != target:
+        return None
+    if function in ("hasattr", "isinstance", "type"):
+        return not negate
+    return None

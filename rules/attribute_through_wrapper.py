@@ -1,0 +1,189 @@
+"""DPL015 attribute-through-wrapper: an attribute of the user's model read through a wrapper."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import SemanticModel
+from dplint.wrappers import WRAPPER_CLASS_NAMES, narrowed_to_wrapper, wrapper_has, wrapper_paths, wrapping_model
+
+
+class AttributeThroughWrapper(Rule):
+    """
+    ## What it does
+    Flags an attribute or method of the user's model read through a `DataParallel` /
+    `DistributedDataParallel` wrapper (`ddp.features(x)`, `dp.fc`, `dp.num_classes`), where
+    the name holds the wrapper on at least one path: `model = DDP(model)` before it, or
+    `if distributed: model = DDP(model)`. The wrapper is followed through names, branches,
+    `self.x` attributes, same-file functions that build and return it, and imported project
+    files. Attributes the wrapper has itself (everything of `nn.Module`, and what
+    `DataParallel` / DDP add: `module`, `device_ids`, `no_sync`, ...; torch 2.13's own
+    list) are never flagged, nor names that start with `_`, nor a wrapped optimizer's
+    methods (optimizer-in-dataparallel, DPL010, reports those).
+
+    Silent when the code cannot tell what the name holds (a parameter that callers pass
+    different things, an unknown library's wrapper or a project subclass with its own
+    `__getattr__`), when the wrapper exists only on some paths and those are decided in
+    another file (a factory's `if opt.isTrain:`), when the attribute is assigned on the wrapper in the file
+    (`ddp.epoch = 0`), and under a test of the object itself (`if hasattr(m, "features")`,
+    `isinstance(m, DDP)` in its `else`).
+
+    ## Why is this bad?
+    A wrapper is an `nn.Module` whose only sub-module is `module`; `nn.Module.__getattr__`
+    does not forward to it, so in torch 2.13 the read raises
+    `AttributeError: 'DistributedDataParallel' object has no attribute 'features'`
+    (`'DataParallel' object has no attribute 'fc'` for `nn.DataParallel`). The script works on
+    one GPU, where the wrapper is skipped, and crashes on the multi-GPU path.
+
+    ## Example
+    ```python
+    model = DDP(model, device_ids=[rank])
+    feats = model.extract_features(x)
+    ```
+
+    Use instead:
+    ```python
+    model = DDP(model, device_ids=[rank])
+    feats = model.module.extract_features(x)
+    ```
+
+    ## Fix safety
+    The fix inserts `.module` (`model.module.extract_features`); it is safe when the name
+    holds a wrapper on every path, because the code it changes raises today. Where the name
+    is a wrapper only on some paths, no fix is offered: `.module` would break the bare path.
+    """
+
+    code = "DPL015"
+    name = "attribute-through-wrapper"
+    severity = Severity.ERROR
+    summary = "an attribute of the model read through a DataParallel/DDP wrapper raises AttributeError"
+    fix_applicability = Applicability.SAFE
+    tokens = ("DataParallel",)  # DistributedDataParallel contains it too
+
+    VALID = (
+        # The wrapper's own API.
+        "import torch.nn as nn\n"
+        "model = nn.DataParallel(net)\n"
+        "model.train()\n"
+        "params = model.parameters()\n"
+        "inner = model.module.features\n",
+        # Unwrapped before use.
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "model = DDP(net)\n"
+        "model = model.module\n"
+        "feats = model.features(x)\n",
+        # Guarded by a test of the object itself.
+        "import torch.nn as nn\n"
+        "model = nn.DataParallel(net) if n > 1 else net\n"
+        "head = model.module.head if hasattr(model, 'module') else model.head\n",
+        # Set on the wrapper by the user, then read.
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "model = DDP(net)\n"
+        "model.epoch = 0\n"
+        "print(model.epoch)\n",
+    )
+    INVALID = (
+        Example(
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "model = DDP(net, device_ids=[rank])\n"
+            "feats = model.extract_features(x)\n",
+            expected=(
+                "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                "model = DDP(net, device_ids=[rank])\n"
+                "feats = model.module.extract_features(x)\n"
+            ),
+        ),
+        Example(
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "model = Net()\n"
+            "if torch.cuda.device_count() > 1:\n"
+            "    model = nn.DataParallel(model)\n"
+            "print(model.num_classes)\n",
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        stored = _assigned_attributes(model)
+        for node in model.nodes():
+            if not isinstance(node, cst.Attribute) or _is_store(model, node):
+                continue
+            attribute = node.attr.value
+            if attribute.startswith("_") or (wrapper_has("DP", attribute) and wrapper_has("DDP", attribute)):
+                continue
+            base = node.value
+            key = model.binding_key(base, node)
+            if key is None or (key, attribute) in stored:
+                continue
+            wrappings, wrapped, bare = wrapper_paths(model, base, node)
+            wrappings = [w for w in wrappings if not wrapper_has(w.kind, attribute) and not wraps_optimizer(model, w)]
+            if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
+                continue
+            if bare and not any(wrapping_model(model, w) is model for w in wrappings):
+                # Wrapped only on some paths, decided in another file (`if opt.isTrain:` in a
+                # factory): the caller's configuration usually settles it; say nothing.
+                continue
+            kind = WRAPPER_CLASS_NAMES[wrappings[0].kind]
+            line = model.position(wrappings[0].call)[0].line if wrappings[0].scope is not None and _owns(model, wrappings[0].call) else None
+            where = "" if bare == 0 else f" on the path where it is wrapped{f' (line {line})' if line else ''}"
+            target = model.code(base)
+            yield Violation(
+                node=node,
+                message=(
+                    f"`{target}.{attribute}` reads `{attribute}` through the {kind} wrapper{where}: torch raises "
+                    f"`AttributeError: '{kind}' object has no attribute '{attribute}'`; "
+                    f"read it from the wrapped model, `{target}.module.{attribute}`"
+                ),
+                fix=None if bare else Fix(
+                    Applicability.SAFE,
+                    f"Read `{attribute}` from `{target}.module`",
+                    (Edit(node, node.with_changes(value=cst.Attribute(base, cst.Name("module")))),),
+                ),
+            )
+
+
+def wraps_optimizer(model: SemanticModel, wrapping) -> bool:
+    """`nn.DataParallel(optimizer)`: optimizer-in-dataparallel (DPL010) reports that one."""
+    owner = wrapping_model(model, wrapping)
+    if owner is None or wrapping.inner is None:
+        return False
+    for value in owner.flow.values_at(wrapping.inner, wrapping.call):
+        if value.known and isinstance(value.expr, cst.Call):
+            name = value.model.qualified_name(value.expr.func) or ""
+            if name.startswith("torch.optim."):
+                return True
+    return False
+
+
+def _owns(model: SemanticModel, node: cst.CSTNode) -> bool:
+    return node is model.module or model.parent(node) is not None
+
+
+def _is_store(model: SemanticModel, node: cst.Attribute) -> bool:
+    parent = model.parent(node)
+    if isinstance(parent, (cst.AssignTarget, cst.Del)):
+        return True
+    if isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is node:
+        return True
+    return False
+
+
+def _assigned_attributes(model: SemanticModel) -> set[tuple[str, str]]:
+    """(key, attribute) pairs assigned anywhere in the file (`ddp.epoch = 0`, `setattr(ddp, "x", v)`)."""
+    found = set()
+    for node in model.nodes():
+        if isinstance(node, cst.Attribute) and _is_store(model, node):
+            key = model.binding_key(node.value, node)
+            if key is not None:
+                found.add((key, node.attr.value))
+    for site in model.calls:
+        call = site.node
+        if isinstance(call.func, cst.Name) and call.func.value == "setattr" and len(call.args) >= 2:
+            key = model.binding_key(call.args[0].value, call)
+            name = call.args[1].value
+            if key is not None and isinstance(name, cst.SimpleString):
+                found.add((key, name.evaluated_value))
+    return found

@@ -1,0 +1,148 @@
+"""DPL017 collective-under-rank-guard: a collective that only some ranks reach hangs the job."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from dplint.distributed import enclosing_function, is_rank_guarded
+from dplint.rule import Example, Rule, Severity, Violation
+from dplint.semantic import SemanticModel
+
+# torch.distributed's collectives (torch 2.13): every rank of the group must call them.
+COLLECTIVES = frozenset(
+    "torch.distributed." + name
+    for name in (
+        "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_into_tensor",
+        "reduce_scatter", "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter",
+        "all_to_all", "all_to_all_single", "broadcast_object_list", "all_gather_object",
+        "gather_object", "scatter_object_list", "all_reduce_coalesced", "all_gather_coalesced",
+    )
+)
+
+
+def collective_name(qualified_name: str | None) -> str | None:
+    """"torch.distributed.barrier" (also through `distributed_c10d`) -> "barrier"."""
+    if qualified_name is None:
+        return None
+    qualified_name = qualified_name.replace("torch.distributed.distributed_c10d.", "torch.distributed.")
+    return qualified_name.rpartition(".")[2] if qualified_name in COLLECTIVES else None
+
+
+class CollectiveUnderRankGuard(Rule):
+    """
+    ## What it does
+    Flags a `torch.distributed` collective (`barrier`, `all_reduce`, `all_gather`,
+    `broadcast`, `reduce`, `gather`, `scatter`, the `*_object` forms, ...) that only some
+    ranks reach: inside `if rank == 0:` (or any rank guard: `is_main_process()`,
+    `args.local_rank in (-1, 0)`, a guard held in a variable), after an early `return` on
+    the other ranks, in a `@rank_zero_only` function, or in a function of the file that is
+    only ever called under such a guard.
+
+    Silent when the same function (or module body) calls the same collective more than once:
+    that is the "first rank goes ahead" pattern (`if local_rank not in (-1, 0): barrier()` ...
+    `if local_rank == 0: barrier()`), or one call per branch of the guard, where every rank
+    does reach one of them. A DDP forward/backward under a rank guard is not judged here.
+
+    ## Why is this bad?
+    A collective returns only when every rank of the process group has entered it. The ranks
+    that skip it go on to the next collective (or exit), so the job hangs until the process
+    group's timeout (in torch 2.13, 10 minutes for NCCL and 30 minutes for other backends by
+    default), and then dies with a timeout error that names neither line.
+
+    ## Example
+    ```python
+    if dist.get_rank() == 0:
+        dist.all_reduce(val_loss)
+        print(val_loss.item() / dist.get_world_size())
+    ```
+
+    Use instead:
+    ```python
+    dist.all_reduce(val_loss)
+    if dist.get_rank() == 0:
+        print(val_loss.item() / dist.get_world_size())
+    ```
+
+    ## Fix safety
+    No fix: where the collective belongs depends on what the guarded code needs.
+    """
+
+    code = "DPL017"
+    name = "collective-under-rank-guard"
+    severity = Severity.ERROR
+    summary = "a torch.distributed collective that only some ranks reach hangs every rank"
+    fix_applicability = None
+    tokens = ("distributed",)
+
+    VALID = (
+        # Every rank reaches it.
+        "import torch.distributed as dist\n"
+        "dist.all_reduce(loss)\n"
+        "if dist.get_rank() == 0:\n"
+        "    print(loss.item())\n",
+        # The first rank goes ahead, the others wait; then rank 0 joins them.
+        "import torch.distributed as dist\n"
+        "if args.local_rank not in (-1, 0):\n"
+        "    dist.barrier()\n"
+        "dataset = load(args)\n"
+        "if args.local_rank == 0:\n"
+        "    dist.barrier()\n",
+        # One call per branch.
+        "import torch.distributed as dist\n"
+        "if rank == 0:\n"
+        "    dist.broadcast_object_list(objs, src=0)\n"
+        "else:\n"
+        "    dist.broadcast_object_list(objs, src=0)\n",
+    )
+    INVALID = (
+        Example(
+            "import torch.distributed as dist\n"
+            "if dist.get_rank() == 0:\n"
+            "    dist.all_reduce(val_loss)\n"
+            "    print(val_loss.item())\n",
+        ),
+        Example(
+            "import torch.distributed as dist\n"
+            "def evaluate(model, rank):\n"
+            "    if rank != 0:\n"
+            "        return\n"
+            "    dist.barrier()\n",
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        by_scope: dict[tuple, int] = {}
+        sites = []
+        for site in model.calls:
+            name = collective_name(site.qualified_name)
+            if name is not None:
+                sites.append((site, name))
+                key = (id(site.scope), name)
+                by_scope[key] = by_scope.get(key, 0) + 1
+        for site, name in sites:
+            if by_scope[(id(site.scope), name)] > 1:
+                continue  # paired calls: each rank reaches one of them
+            if not only_some_ranks_reach(model, site.node):
+                continue
+            yield Violation(
+                node=site.node,
+                message=(
+                    f"`{model.code(site.node.func)}()` is a collective that every rank must call, but only the ranks "
+                    f"that pass the rank guard around it reach it: the others never enter it, so the job hangs "
+                    f"until the process group's timeout; call it on every rank, outside the guard"
+                ),
+            )
+
+
+def only_some_ranks_reach(model: SemanticModel, node: cst.CSTNode, depth: int = 4) -> bool:
+    """Under a rank guard in its own function, or in a function of this file whose every
+    call (there is at least one, and it cannot be called from elsewhere) is."""
+    if is_rank_guarded(model, node):
+        return True
+    function = enclosing_function(model, node)
+    if depth <= 0 or not isinstance(function, cst.FunctionDef):
+        return False
+    sites = model.flow.call_sites(function)
+    return bool(sites) and all(only_some_ranks_reach(model, call, depth - 1) for call, _ in sites)

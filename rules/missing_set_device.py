@@ -1,0 +1,218 @@
+"""DPL014 missing-set-device: NCCL ranks that put their work on the bare `cuda` device."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from dplint.distributed import INIT_PROCESS_GROUP
+from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import SemanticModel, argument, literal_value
+
+SET_DEVICE = "torch.cuda.set_device"
+TORCH_DEVICE = "torch.device"
+# Calls into the project followed when looking for a `set_device` made on the script's behalf
+# (`utils.init_distributed_mode(args)` in many repositories).
+SEARCH_DEPTH = 3
+
+
+class MissingSetDevice(Rule):
+    """
+    ## What it does
+    Flags `init_process_group` with the `nccl` backend (a literal, or a name that holds
+    one on every path) in a file that places work on the bare `cuda` device (`x.cuda()`,
+    `x.to("cuda")`, `torch.device("cuda")`) and never selects a GPU per process:
+    no `torch.cuda.set_device(...)` in the file or in the project functions it calls
+    (followed three calls deep, across files), no `device_id=` given to
+    `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script.
+
+    Silent when the backend is not known to be NCCL (`args.dist_backend`), when every
+    placement names its device (`.cuda(local_rank)`, `.to(f"cuda:{rank}")`), and where
+    a launcher or library starts the processes for the script (Lightning, Accelerate,
+    DeepSpeed): they set the device themselves.
+
+    ## Why is this bad?
+    The current CUDA device of every process starts at 0, and `"cuda"` means the current
+    device, so every rank puts its model and batches on GPU 0: the ranks share one GPU (out of
+    memory, or a very slow run), and NCCL refuses two ranks on one GPU at the first collective
+    (recent NCCL versions report a "Duplicate GPU detected" error). With one process per node
+    the script works, so a single-GPU test never shows it.
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    model = Net().cuda()
+    model = DDP(model)
+    ```
+
+    Use instead:
+    ```python
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(local_rank)
+    model = Net().cuda()
+    model = DDP(model, device_ids=[local_rank])
+    ```
+
+    ## Fix safety
+    Where the local rank is known in the scope of the call (a `local_rank` variable or
+    `args.local_rank`), the fix inserts `torch.cuda.set_device(local_rank)` after
+    `init_process_group`. It is unsafe: it changes which GPU every later `cuda` placement
+    uses, and the script's own device numbering (say a `CUDA_VISIBLE_DEVICES` set by a
+    launcher per process) may differ from the local rank.
+    """
+
+    code = "DPL014"
+    name = "missing-set-device"
+    severity = Severity.ERROR
+    summary = "NCCL ranks on the bare `cuda` device without torch.cuda.set_device(): every rank uses GPU 0"
+    fix_applicability = Applicability.UNSAFE
+    tokens = (("init_process_group", "nccl", "cuda"),)
+
+    VALID = (
+        # set_device before the placement.
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('nccl')\n"
+        "torch.cuda.set_device(local_rank)\n"
+        "model = Net().cuda()\n",
+        # Every placement names the device.
+        "import torch.distributed as dist\n"
+        "dist.init_process_group(backend='nccl')\n"
+        "model = Net().to(f'cuda:{local_rank}')\n"
+        "x = x.cuda(local_rank)\n",
+        # The backend is not known to be NCCL.
+        "import torch.distributed as dist\n"
+        "dist.init_process_group(backend=args.dist_backend)\n"
+        "model = Net().cuda()\n",
+    )
+    INVALID = (
+        Example(
+            "import torch\n"
+            "import torch.distributed as dist\n"
+            "def main(local_rank):\n"
+            "    dist.init_process_group('nccl')\n"
+            "    model = Net().cuda()\n",
+            expected=(
+                "import torch\n"
+                "import torch.distributed as dist\n"
+                "def main(local_rank):\n"
+                "    dist.init_process_group('nccl')\n"
+                "    torch.cuda.set_device(local_rank)\n"
+                "    model = Net().cuda()\n"
+            ),
+        ),
+        Example(
+            "import torch\n"
+            "import torch.distributed as dist\n"
+            "dist.init_process_group(backend='nccl')\n"
+            "device = torch.device('cuda')\n"
+            "model = Net().to(device)\n",
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        inits = [site for site in model.calls if site.qualified_name == INIT_PROCESS_GROUP and _is_nccl(model, site.node)]
+        if not inits or _selects_a_device(model):
+            return
+        placement = _first_bare_placement(model)
+        if placement is None:
+            return
+        line = model.position(placement)[0].line
+        for site in inits:
+            if argument(site.node, None, "device_id") is not None:
+                continue
+            yield Violation(
+                node=site.node,
+                message=(
+                    f"NCCL process group, but nothing selects a GPU per process: `cuda` (line {line}) means the "
+                    f"current device, which is GPU 0 in every process, so all ranks share GPU 0; call "
+                    f"`torch.cuda.set_device(local_rank)` after `init_process_group`"
+                ),
+                fix=_fix(model, site.node),
+            )
+
+
+def _is_nccl(model: SemanticModel, call: cst.Call) -> bool:
+    backend = argument(call, 0, "backend")
+    if backend is None:
+        return False
+    values = model.flow.values_at(backend, call)
+    if not values:
+        return False
+    for value in values:
+        try:
+            text = literal_value(value.expr) if value.known else None
+        except ValueError:
+            return False
+        if not isinstance(text, str) or "nccl" not in text.lower():
+            return False
+    return True
+
+
+def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Optional[set] = None) -> bool:
+    """`set_device` here or in a project function this file calls; a CUDA_VISIBLE_DEVICES write."""
+    seen = set() if seen is None else seen
+    if id(model) in seen:
+        return False
+    seen.add(id(model))
+    for site in model.calls:
+        if site.qualified_name == SET_DEVICE:
+            return True
+    if "CUDA_VISIBLE_DEVICES" in model.module.code:
+        return True
+    if depth <= 0:
+        return False
+    for site in model.calls:
+        if site.qualified_name is not None and site.qualified_name.startswith("torch"):
+            continue
+        callee = model.flow.callee(site.node)
+        if callee is not None and callee.model is not model and _selects_a_device(callee.model, depth - 1, seen):
+            return True
+    return False
+
+
+def _first_bare_placement(model: SemanticModel) -> Optional[cst.CSTNode]:
+    """The first `x.cuda()`, `x.to("cuda")` or `torch.device("cuda")` of the file."""
+    for site in model.calls:
+        call = site.node
+        if site.qualified_name == TORCH_DEVICE and len(call.args) == 1 and _is_bare_cuda(call.args[0].value):
+            return call
+        if not isinstance(call.func, cst.Attribute) or site.qualified_name is not None:
+            continue  # torch.cuda.* and other module functions
+        method = call.func.attr.value
+        if method == "cuda" and not call.args:
+            return call
+        if method == "to" and call.args and call.args[0].keyword is None and _is_bare_cuda(call.args[0].value):
+            return call
+    return None
+
+
+def _is_bare_cuda(expr: cst.BaseExpression) -> bool:
+    try:
+        return literal_value(expr) == "cuda"
+    except ValueError:
+        return False
+
+
+def _fix(model: SemanticModel, call: cst.Call) -> Optional[Fix]:
+    if model.imports.get("torch") != "torch":
+        return None
+    statement = model.statement_of(call)
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return None
+    local_rank = None
+    for candidate in ("local_rank", "args.local_rank", "opt.local_rank"):
+        head = candidate.split(".")[0]
+        if "." in candidate and f"{candidate}" not in model.module.code:
+            continue  # `args` may have no `local_rank`: only where the script reads it itself
+        if model.owner_scope(head, model.scope(call)) is not None:  # bound where the call runs
+            local_rank = candidate
+            break
+    if local_rank is None:
+        return None
+    return Fix(
+        Applicability.UNSAFE,
+        f"Insert `torch.cuda.set_device({local_rank})` after `init_process_group`",
+        (Edit(statement, f"torch.cuda.set_device({local_rank})", EditKind.INSERT_AFTER_STATEMENT),),
+    )

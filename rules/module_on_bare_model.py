@@ -1,0 +1,156 @@
+"""DPL016 module-on-bare-model: `model.module` where the model is wrapped only on some paths."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
+from dplint.semantic import SemanticModel
+from dplint.wrappers import known_bare_paths, narrowed_to_wrapper, wrapper_paths, wrapping_model
+
+
+class ModuleOnBareModel(Rule):
+    """
+    ## What it does
+    Flags `model.module` where `model` holds a `DataParallel` / `DistributedDataParallel`
+    wrapper on some paths and a bare model on others, typically
+    `if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` followed by an
+    unconditional `model.module.state_dict()`. Paths are judged together: a `.module` read
+    under the same test that wrapped (`if n_gpu > 1: ... model.module`), or under a test of
+    the object itself (`if hasattr(model, "module")`, `isinstance(model, DDP)`), is clean.
+    The model is followed through names, branches, `self.x`, same-file functions and imported
+    project files.
+
+    Silent when the wrapping happens in another file (a factory whose `if` the caller's
+    configuration settles), when the model is never wrapped in what the analysis can see (a
+    class of the project may well have its own `module` attribute), and when what the bare path holds is
+    unknown (a parameter that different callers fill differently).
+
+    ## Why is this bad?
+    Only the wrappers have a `module` attribute. On the path that skips the wrapper (one GPU,
+    a CPU run, `--no-distributed`) torch 2.13 raises
+    `AttributeError: 'ResNet' object has no attribute 'module'`, often at the very end of a
+    long run, when the checkpoint is saved.
+
+    ## Example
+    ```python
+    if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)
+    ...
+    torch.save(model.module.state_dict(), "last.pt")
+    ```
+
+    Use instead:
+    ```python
+    torch.save(getattr(model, "module", model).state_dict(), "last.pt")
+    ```
+
+    ## Fix safety
+    The fix rewrites `model.module` as `getattr(model, "module", model)`: on the wrapped path
+    it is the same object, and on the bare path the original raises. It is safe.
+    """
+
+    code = "DPL016"
+    name = "module-on-bare-model"
+    severity = Severity.ERROR
+    summary = "`model.module` on a model that is wrapped only on some paths raises AttributeError"
+    fix_applicability = Applicability.SAFE
+    tokens = (("DataParallel", ".module"),)
+
+    VALID = (
+        # Wrapped on every path.
+        "import torch.nn as nn\n"
+        "model = nn.DataParallel(net)\n"
+        "sd = model.module.state_dict()\n",
+        # The same test decides both.
+        "import torch.nn as nn\n"
+        "if multi_gpu:\n"
+        "    model = nn.DataParallel(model)\n"
+        "if multi_gpu:\n"
+        "    sd = model.module.state_dict()\n"
+        "else:\n"
+        "    sd = model.state_dict()\n",
+        # A test of the object itself.
+        "import torch.nn as nn\n"
+        "model = nn.DataParallel(net) if n > 1 else net\n"
+        "core = model.module if hasattr(model, 'module') else model\n",
+    )
+    INVALID = (
+        Example(
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "model = Net()\n"
+            "if torch.cuda.device_count() > 1:\n"
+            "    model = nn.DataParallel(model)\n"
+            "torch.save(model.module.state_dict(), 'last.pt')\n",
+            expected=(
+                "import torch\n"
+                "import torch.nn as nn\n"
+                "model = Net()\n"
+                "if torch.cuda.device_count() > 1:\n"
+                "    model = nn.DataParallel(model)\n"
+                "torch.save(getattr(model, \"module\", model).state_dict(), 'last.pt')\n"
+            ),
+        ),
+        Example(
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "def setup(net, distributed):\n"
+            "    if distributed:\n"
+            "        net = DDP(net)\n"
+            "    return net\n"
+            "model = setup(Net(), args.distributed)\n"
+            "head = model.module.head\n",
+            expected=(
+                "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                "def setup(net, distributed):\n"
+                "    if distributed:\n"
+                "        net = DDP(net)\n"
+                "    return net\n"
+                "model = setup(Net(), args.distributed)\n"
+                "head = getattr(model, \"module\", model).head\n"
+            ),
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Violation]:
+        for node in model.nodes():
+            if not isinstance(node, cst.Attribute) or node.attr.value != "module" or _is_store(model, node):
+                continue
+            base = node.value
+            if model.binding_key(base, node) is None:
+                continue
+            wrappings, wrapped, _ = wrapper_paths(model, base, node)
+            if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
+                continue
+            if known_bare_paths(model, base, node, wrappings) == 0:
+                continue
+            if not any(wrapping_model(model, w) is model for w in wrappings):
+                continue  # wrapped in another file under its own configuration test: can't tell
+            target = model.code(base)
+            yield Violation(
+                node=node,
+                message=(
+                    f"`{target}` is a {_kind(wrappings)} wrapper only on some paths: where it is not wrapped, "
+                    f"`{target}.module` raises `AttributeError: '...' object has no attribute 'module'`; "
+                    f"use `getattr({target}, \"module\", {target})`"
+                ),
+                fix=Fix(
+                    Applicability.SAFE,
+                    f"Use `getattr({target}, \"module\", {target})`",
+                    (Edit(node, f'getattr({target}, "module", {target})'),),
+                ),
+            )
+
+
+def _kind(wrappings) -> str:
+    return "DataParallel" if all(w.kind == "DP" for w in wrappings) else "DistributedDataParallel" if all(
+        w.kind == "DDP" for w in wrappings) else "DataParallel/DDP"
+
+
+def _is_store(model: SemanticModel, node: cst.Attribute) -> bool:
+    parent = model.parent(node)
+    if isinstance(parent, (cst.AssignTarget, cst.Del)):
+        return True
+    return isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is node

@@ -1,0 +1,36 @@
+"""DPL017 collective-under-rank-guard: the ranks that skip the collective never meet the
+ones inside it, so the run hangs; verify's timeout turns the hang into evidence: which ranks
+entered the collective at the flagged line and that the run was killed waiting."""
+
+from __future__ import annotations
+
+from dplint.runtime_check.verdicts import Case, Judgement, RunView, Verdict
+
+CODE = "DPL017"
+NAME = "collective-under-rank-guard"
+
+
+def install(context) -> None:
+    pass  # the line events of the harness say which ranks reached the collective
+
+
+def reached(case: Case, run: RunView) -> list[int]:
+    return [rank for rank in run.ranks if run.first_run(rank, case.lines(run)) is not None]
+
+
+def judge(case: Case) -> Judgement:
+    run = case.original
+    ranks = reached(case, run)
+    if not ranks:
+        return Judgement(Verdict.NOT_REACHED, f"line {case.finding.location.row} did not run ({run.stop_reason()})", "")
+    others = [rank for rank in run.ranks if rank not in ranks]
+    if run.timed_out and others:
+        return Judgement(
+            Verdict.CONFIRMED,
+            f"only rank(s) {', '.join(map(str, ranks))} entered the collective at line {case.finding.location.row}; "
+            f"rank(s) {', '.join(map(str, others))} never did, and the run hung until it was {run.stop_reason()}",
+            "no automatic fix for this finding",
+        )
+    if len(run.ranks) < 2:
+        return Judgement(Verdict.NOT_REPRODUCED, "the script ran with one rank: nobody was left waiting", "")
+    return Judgement(Verdict.NOT_REPRODUCED, f"ranks {ranks} reached line {case.finding.location.row}; {run.stop_reason()}", "")
