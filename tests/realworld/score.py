@@ -11,8 +11,8 @@ manifest names, dplint runs once at the folder's root, the way a user runs it
 that need several files count.
 
 Matching: a finding matches a row when the rule slug and the path agree and its
-line is within 2 lines of one of the row's ``lines``; a ``clean`` row with no
-lines covers the whole file.  A matched ``flag`` row is a true positive, an
+line is within 2 lines of one of the row's ``lines`` (the nearest rows win when
+several qualify); a ``clean`` row with no lines covers the whole file.  A matched ``flag`` row is a true positive, an
 unmatched one a false negative; a finding on a ``clean`` row is a false
 positive.  Findings on a (path, rule) pair that no row judges are listed as
 unjudged and not counted, so that judging stays complete.  Rows marked
@@ -81,10 +81,12 @@ def run_dplint(dplint_cmd, folder):
     return findings
 
 
-def matches(row, line):
+def distance(row, line):
+    """How far a finding is from a row's lines; None when the row does not cover it."""
     if not row["lines"]:
-        return row["expect"] == "clean"
-    return any(abs(line - wanted) <= LINE_SLACK for wanted in row["lines"])
+        return LINE_SLACK + 1 if row["expect"] == "clean" else None  # whole file: weakest match
+    gap = min(abs(line - wanted) for wanted in row["lines"])
+    return gap if gap <= LINE_SLACK else None
 
 
 def score_folder(rows, findings):
@@ -96,7 +98,10 @@ def score_folder(rows, findings):
     events = {"tp": [], "fp": [], "fn": [], "unjudged": [], "ambiguous": []}
     hit_rows = set()
     for path, rule, line, message in findings:
-        candidates = [r for r in by_key.get((path, rule), []) if matches(r, line)]
+        near = [(distance(r, line), r) for r in by_key.get((path, rule), [])]
+        near = [(gap, r) for gap, r in near if gap is not None]
+        # The nearest rows judge the finding, so rows on neighbouring lines do not overlap.
+        candidates = [r for gap, r in near if gap == min(g for g, _ in near)] if near else []
         if not candidates:
             events["unjudged"].append((path, rule, line, message))
             continue
