@@ -143,8 +143,10 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
 
     changed = [r for r in report.files if r.diff]
     if diff:
-        for file_report in changed:
-            sys.stdout.write(file_report.diff)
+        sys.stdout.flush()
+        for file_report in changed:  # bytes: a patch carries the file's characters as they are
+            sys.stdout.buffer.write(file_report.diff.encode("utf-8", "surrogateescape"))
+        sys.stdout.buffer.flush()
         count = sum(len(r.applied) for r in changed)
         click.echo(f"Would fix {_plural(count, 'problem')} in {_plural(len(changed), 'file')}.", err=True)
         if report.errors:

@@ -8,7 +8,6 @@ imports the engine.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sys
@@ -65,7 +64,8 @@ def problem_finding(path: str, message: str) -> Finding:
     return Finding("DPL000", "parse-error", message, Severity.ERROR, path, location, location)
 
 
-def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
+def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOptions], bom: bool = False) -> FileReport:
+    from dplint.diffs import unified_diff
     from dplint.engine import fix_source, lint_source, rules_for
 
     rules = rules_for(settings.enabled_codes(path))
@@ -79,19 +79,17 @@ def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOpti
     report.applied = fixed.applied
     if fixed.text != text:
         report.fixed_text = fixed.text
-        report.diff = "".join(
-            difflib.unified_diff(
-                text.splitlines(keepends=True), fixed.text.splitlines(keepends=True), path, path
-            )
-        )
+        report.diff = unified_diff(text, fixed.text, path, bom=bom)
     return report
 
 
-def process_text_guarded(text: str, path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
+def process_text_guarded(
+    text: str, path: str, settings: Settings, fix: Optional[FixOptions], bom: bool = False
+) -> FileReport:
     """`process_text`, where a dplint bug costs this one file, never the run."""
     try:
         # A deep stack: LibCST's native parser segfaults on deeply nested (valid) code.
-        return call_with_deep_stack(process_text, text, path, settings, fix)
+        return call_with_deep_stack(process_text, text, path, settings, fix, bom)
     except Exception as error:
         reason = "nested too deeply to analyse" if isinstance(error, RecursionError) else f"{type(error).__name__}: {error}"
         return FileReport(path, errors=[f"{path}: internal error: {' '.join(reason.split())}; the file is unchanged"])
@@ -102,7 +100,7 @@ def process_file(path: str, settings: Settings, fix: Optional[FixOptions]) -> Fi
         source = read_source(path)
     except SourceError as error:
         return FileReport(path, [problem_finding(path, str(error))])
-    report = process_text_guarded(source.text, path, settings, fix)
+    report = process_text_guarded(source.text, path, settings, fix, bom=source.encoding == "utf-8-sig")
     if fix is not None and fix.write and report.fixed_text is not None:
         problem = None
         try:
@@ -259,7 +257,7 @@ def project_findings(reports: list[FileReport]) -> Iterator[Finding]:
 
 def process_stdin(data: bytes, display_path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
     try:
-        text, _ = decode(data)
+        text, encoding = decode(data)
     except SourceError as error:
         return FileReport(display_path, [problem_finding(display_path, str(error))])
-    return process_text_guarded(text, display_path, settings, fix)
+    return process_text_guarded(text, display_path, settings, fix, bom=encoding == "utf-8-sig")
