@@ -139,6 +139,17 @@ def may_match(text: str, codes: frozenset[str]) -> bool:
     return any(rule.code in codes and tokens_match(text, rule.tokens) for rule in rule_catalog())
 
 
+def files_to_check(paths: list[str], settings: Settings, force_exclude: bool = False) -> tuple[list[str], list]:
+    """The files a run checks (excludes applied) and the paths that could not be read."""
+    files, problems = discover(paths)
+    explicit = {os.path.normpath(p) for p in paths}
+    files = [
+        f for f in files
+        if not is_excluded(f, settings) or (f in explicit and not force_exclude)
+    ]
+    return files, problems
+
+
 def run(
     paths: list[str],
     settings: Settings,
@@ -147,12 +158,7 @@ def run(
     cache_dir: Optional[str] = None,
     force_exclude: bool = False,
 ) -> RunReport:
-    files, problems = discover(paths)
-    explicit = {os.path.normpath(p) for p in paths}
-    files = [
-        f for f in files
-        if not is_excluded(f, settings) or (f in explicit and not force_exclude)
-    ]
+    files, problems = files_to_check(paths, settings, force_exclude)
     reports: dict[str, FileReport] = {p.path: FileReport(p.path, [problem_finding(p.path, p.message)]) for p in problems}
     jobs = jobs or available_cpus()
 

@@ -129,7 +129,7 @@ def test_check_hook_blocks_a_misusing_commit_and_lets_a_clean_one_through(hooks)
     blocked = commit(project, env, "misuse")
     output = blocked.stdout + blocked.stderr
     assert blocked.returncode == 1, output
-    assert "train.py:4:44: DPL007 [*] DataLoader gets a sampler and a true `shuffle`" in output
+    assert "train.py:4:44: DPL007 error [*] DataLoader gets a sampler and a true `shuffle`" in output
     assert commit_count(project) == 0
     assert (project / "train.py").read_text() == MISUSE  # the check hook changes nothing
 
