@@ -163,48 +163,74 @@ def run(
     jobs = jobs or available_cpus()
 
     cache = None
-    if fix is not None:  # fixing writes files: no cache, each worker reads and writes its own file
-        for report in _map(_fix_one, [(path, settings, fix) for path in files], jobs):
-            reports[report.path] = report
-    else:
-        if cache_dir is not None:
-            from dplint.cache import Cache
+    if cache_dir is not None:
+        from dplint.cache import Cache
 
-            cache = Cache(cache_dir, settings)
-        todo: list[tuple[str, str, Settings]] = []
-        keys: dict[str, str] = {}
-        for path in files:
-            try:
-                source = read_source(path)
-            except SourceError as error:
-                reports[path] = FileReport(path, [problem_finding(path, str(error))])
+        cache = Cache(cache_dir)
+    todo: list[tuple] = []
+    keys: dict[str, tuple[str, str]] = {}  # path -> (content hash, rule set) for the cache
+    sizes: dict[str, int] = {}
+    for path in files:
+        try:
+            source = read_source(path)
+        except SourceError as error:
+            reports[path] = FileReport(path, [problem_finding(path, str(error))])
+            continue
+        codes = settings.enabled_codes(path)
+        if cache is not None:
+            from dplint.cache import rule_set_key
+
+            # The rules in force are part of the key: a nested configuration file can change them.
+            keys[path] = (content_key(source.raw), rule_set_key(codes))
+            cached = cache.get(path, *keys[path])
+            # `fix` too: a cached result without a fix to apply means there is nothing to do.
+            if cached is not None and (fix is None or not any(wants_fix(f, fix) for f in cached.findings)):
+                reports[path] = cached
                 continue
-            codes = settings.enabled_codes(path)
+        if not may_match(source.text, codes):
+            reports[path] = FileReport(path)
             if cache is not None:
-                # The rules in force are part of the key: a nested configuration file can change them.
-                keys[path] = key = content_key(source.raw) + ":" + ",".join(sorted(codes))
-                cached = cache.get(path, key)
-                if cached is not None:
-                    reports[path] = cached
-                    continue
-            if may_match(source.text, codes):
-                todo.append((path, source.text, settings))
-            else:
-                reports[path] = FileReport(path)
-                if cache is not None:
-                    cache.put(path, keys[path], reports[path])
-        # Largest first, so that no worker is left with a big file at the end.
-        todo.sort(key=lambda item: -len(item[1]))
-        for report in _map(_lint_one, todo, jobs):
-            reports[report.path] = report
-            if cache is not None and not report.errors:
-                cache.put(report.path, keys[report.path], report)
+                cache.put(path, *keys[path], reports[path])
+            continue
+        sizes[path] = len(source.text)
+        # Fixing writes files: each worker reads and writes its own.
+        todo.append((path, settings, fix) if fix is not None else (path, source.text, settings))
+    # Largest first, so that no worker is left with a big file at the end.
+    todo.sort(key=lambda item: -sizes[item[0]])
+    for report in _map(_lint_one if fix is None else _fix_one, todo, jobs):
+        reports[report.path] = report
+        if cache is not None and not report.errors:
+            _cache_result(cache, report, keys[report.path], fix)
 
     ordered = [reports[path] for path in sorted(reports)]
-    add_project_findings(ordered, settings, cache if fix is None else None)
-    if fix is None and cache is not None:
+    add_project_findings(ordered, settings, cache)
+    if cache is not None:
         cache.save()
     return RunReport(ordered, len(files))
+
+
+def wants_fix(finding: Finding, fix: FixOptions) -> bool:
+    """Whether `fix` would apply this finding's fix (the engine's `fix_is_wanted`, without LibCST)."""
+    from dplint.rule import Applicability
+
+    if not finding.edits or finding.fix_applicability not in (Applicability.SAFE, Applicability.UNSAFE):
+        return False
+    if finding.fix_applicability is Applicability.UNSAFE and not fix.unsafe:
+        return False
+    return fix.only_codes is None or finding.code in fix.only_codes
+
+
+def _cache_result(cache, report: FileReport, key: tuple[str, str], fix: Optional[FixOptions]) -> None:
+    """Cache what a run found in a file: the remaining findings are those of the file as it now is."""
+    content, rules = key
+    if fix is not None and report.fixed_text is not None:
+        if not fix.write or not report.applied:
+            return  # --diff: the findings are those of a text that is not on disk
+        try:
+            content = content_key(read_source(report.path).raw)  # as written
+        except SourceError:
+            return
+    cache.put(report.path, content, rules, report)
 
 
 def available_cpus() -> int:
