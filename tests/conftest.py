@@ -55,3 +55,17 @@ def run_cli(*args: str, input: bytes | None = None, cwd: str | os.PathLike | Non
 @pytest.fixture
 def cli():
     return run_cli
+
+
+SLOW_TESTS = os.environ.get("DPLINT_SLOW_TESTS", "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slow` run only with DPLINT_SLOW_TESTS=1 (CI sets it), so that the README's
+    test command stays short on a developer's machine."""
+    if SLOW_TESTS:
+        return
+    skip = pytest.mark.skip(reason="slow: set DPLINT_SLOW_TESTS=1 to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
