@@ -123,6 +123,7 @@ def commit_count(project: Path) -> int:
     return int(result.stdout) if result.returncode == 0 else 0
 
 
+@pytest.mark.slow  # pre-commit pip-installs dplint into its own environment (once per module)
 def test_check_hook_blocks_a_misusing_commit_and_lets_a_clean_one_through(hooks):
     project, env = hooks()
     (project / "train.py").write_text(MISUSE)
@@ -147,6 +148,7 @@ def test_check_hook_blocks_a_misusing_commit_and_lets_a_clean_one_through(hooks)
     assert commit_count(project) == 2
 
 
+@pytest.mark.slow  # pre-commit pip-installs dplint into its own environment (once per module)
 def test_fix_hook_fixes_the_file_and_stops_the_commit(hooks):
     project, env = hooks("dplint-fix")
     (project / "train.py").write_text(MISUSE)

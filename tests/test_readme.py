@@ -35,7 +35,7 @@ def test_readme_shows_the_cpu_wheel_index_and_the_suite_duration():
     assert "under 4 minutes on 2 CPU cores" in readme and "DPLINT_SLOW_TESTS=1" in readme
 
 
-def test_slow_tests_are_skipped_unless_asked_for(tmp_path):
+def test_slow_tests_are_left_out_unless_asked_for(tmp_path):
     import os
     import shutil
     import subprocess
