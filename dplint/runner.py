@@ -64,7 +64,7 @@ def problem_finding(path: str, message: str) -> Finding:
     return Finding("DPL000", "parse-error", message, Severity.ERROR, path, location, location)
 
 
-def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOptions], bom: bool = False) -> FileReport:
+def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
     from dplint.diffs import unified_diff
     from dplint.engine import fix_source, lint_source, rules_for
 
@@ -79,17 +79,15 @@ def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOpti
     report.applied = fixed.applied
     if fixed.text != text:
         report.fixed_text = fixed.text
-        report.diff = unified_diff(text, fixed.text, path, bom=bom)
+        report.diff = unified_diff(text, fixed.text, path)
     return report
 
 
-def process_text_guarded(
-    text: str, path: str, settings: Settings, fix: Optional[FixOptions], bom: bool = False
-) -> FileReport:
+def process_text_guarded(text: str, path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
     """`process_text`, where a dplint bug costs this one file, never the run."""
     try:
         # A deep stack: LibCST's native parser segfaults on deeply nested (valid) code.
-        return call_with_deep_stack(process_text, text, path, settings, fix, bom)
+        return call_with_deep_stack(process_text, text, path, settings, fix)
     except Exception as error:
         reason = "nested too deeply to analyse" if isinstance(error, RecursionError) else f"{type(error).__name__}: {error}"
         return FileReport(path, errors=[f"{path}: internal error: {' '.join(reason.split())}; the file is unchanged"])
@@ -100,7 +98,8 @@ def process_file(path: str, settings: Settings, fix: Optional[FixOptions]) -> Fi
         source = read_source(path)
     except SourceError as error:
         return FileReport(path, [problem_finding(path, str(error))])
-    report = process_text_guarded(source.text, path, settings, fix, bom=source.encoding == "utf-8-sig")
+    report = process_text_guarded(source.text, path, settings, fix)
+    _with_bom(report, source.text, source.encoding)
     if fix is not None and fix.write and report.fixed_text is not None:
         problem = None
         try:
@@ -292,4 +291,15 @@ def process_stdin(data: bytes, display_path: str, settings: Settings, fix: Optio
         text, encoding = decode(data)
     except SourceError as error:
         return FileReport(display_path, [problem_finding(display_path, str(error))])
-    return process_text_guarded(text, display_path, settings, fix, bom=encoding == "utf-8-sig")
+    report = process_text_guarded(text, display_path, settings, fix)
+    _with_bom(report, text, encoding)
+    return report
+
+
+def _with_bom(report: FileReport, text: str, encoding: str) -> None:
+    """A file's BOM is not in its decoded text but is in its first line's bytes: the patch's
+    context must carry it, or `git apply` and `patch` do not find the line."""
+    if report.diff and report.fixed_text is not None and encoding == "utf-8-sig":
+        from dplint.diffs import unified_diff
+
+        report.diff = unified_diff(text, report.fixed_text, report.path, bom=True)
