@@ -1,8 +1,17 @@
 """The result cache: re-running on an unchanged file parses nothing (and imports no LibCST).
 
-An entry is found by the file's absolute path and used only when the hash of the file's
-bytes still matches. All entries live in one JSON file per cache folder, and that file is
-used only when it was written by the same dplint code and settings.
+Layout: `<cache folder>/<dplint version>-<code fingerprint>/`, one JSON entry per checked file
+(`files/<2 hex>/<hash of the absolute path>.json`) and one per project-wide result
+(`project/<facts hash>.json`). A file's entry holds the hash of its bytes and, side by side,
+its results under each rule set it was checked with (`rule_set_key`: the enabled codes, and
+whatever else a file's findings depend on), so a run with other settings, or a `fix`, leaves
+the others' results in place.
+
+Safe under concurrent runs: every entry is written to a temporary file and renamed over the
+old one, so a reader sees a whole entry or none; two runs writing one entry at once lose at
+most one of their results, which costs a re-lint, never a wrong answer. Bounded: an entry
+keeps at most `MAX_RULE_SETS` rule sets, the folder at most `MAX_ENTRIES` entries (the least
+recently used go first), and only the newest `KEEP_VERSIONS` code versions are kept.
 """
 
 from __future__ import annotations
@@ -10,18 +19,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import TYPE_CHECKING, Optional
+import shutil
+import time
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from dplint import __version__
-from dplint.config import Settings
 from dplint.rule import Finding, finding_from_dict, finding_to_dict
 
 if TYPE_CHECKING:
     from dplint.runner import FileReport
 
+MAX_RULE_SETS = 8  # results kept per file: the settings a project is commonly checked with
+MAX_ENTRIES = 50_000  # files per cache folder; past it the least recently used 20% go
+MAX_PROJECT_ENTRIES = 16  # project-wide results kept
+KEEP_VERSIONS = 3  # code versions kept side by side (an editable install changes often)
+TOUCH_AFTER_S = 24 * 3600  # a used entry's mtime is refreshed at most once a day (for eviction)
+
 
 def content_key(raw: bytes) -> str:
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def rule_set_key(codes: Iterable[str], dependencies: str = "") -> str:
+    """What besides a file's bytes its findings depend on: the rules in force for it, and a
+    `dependencies` fingerprint (e.g. the hashes of the project files it imports) when given."""
+    key = ",".join(sorted(codes))
+    return f"{key}|{dependencies}" if dependencies else key
 
 
 def dependencies_unchanged(dependencies) -> bool:
@@ -55,86 +78,159 @@ def code_fingerprint() -> str:
     return hashlib.blake2b("|".join(parts).encode(), digest_size=8).hexdigest()
 
 
-def run_key(settings: Settings) -> str:
-    """Everything besides a file's bytes that its findings depend on."""
-    parts = [__version__, code_fingerprint(), settings.fingerprint()]
-    if settings.per_file_ignores:  # their globs are relative to the root
-        parts.append(os.path.abspath(settings.root))
-    return "|".join(parts)
+def _write_json(path: str, data: dict) -> None:
+    """Write whole or not at all: a temp file in the same folder, renamed over the entry."""
+    temp = f"{path}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    try:
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, separators=(",", ":"))
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass  # a cache that cannot be written only costs time
 
 
 class Cache:
-    def __init__(self, folder: str, settings: Settings) -> None:
-        self.folder = folder
-        self.file = os.path.join(folder, f"results-{__version__}.json")
-        self.run_key = run_key(settings)
-        self.entries: dict[str, dict] = {}
-        self.project: Optional[dict] = None  # the project-wide findings of the last run
+    def __init__(self, folder: str, settings: object = None) -> None:
+        """`settings` is accepted for older callers; results are keyed per file and rule set."""
+        self.root = folder
+        self.folder = os.path.join(folder, f"{__version__}-{code_fingerprint()}")
         self.changed = False
-        try:
-            with open(self.file, encoding="utf-8") as handle:
-                data = json.load(handle)
-            if data.get("key") == self.run_key and isinstance(data.get("files"), dict):
-                self.entries = data["files"]
-                self.project = data.get("project")
-        except (OSError, ValueError, AttributeError):
-            pass  # no cache, or an unreadable one: start empty
+        self._entries: dict[str, Optional[dict]] = {}  # absolute path -> entry as read (None: none)
 
-    def get(self, path: str, key: str) -> Optional["FileReport"]:
-        """The cached report of `path` if its content hash is still `key`, else None."""
+    # ------------------------------------------------------------------ files
+    def _entry_path(self, absolute: str) -> str:
+        name = hashlib.blake2b(os.fsencode(absolute), digest_size=16).hexdigest()
+        return os.path.join(self.folder, "files", name[:2], name + ".json")
+
+    def _read(self, absolute: str) -> Optional[dict]:
+        if absolute not in self._entries:
+            entry = None
+            try:
+                with open(self._entry_path(absolute), encoding="utf-8") as handle:
+                    entry = json.load(handle)
+                    if time.time() - os.fstat(handle.fileno()).st_mtime > TOUCH_AFTER_S:
+                        os.utime(self._entry_path(absolute))  # still in use: not the first to go
+                if not isinstance(entry, dict) or entry.get("path") != absolute or not isinstance(entry.get("results"), dict):
+                    entry = None
+            except (OSError, ValueError):
+                entry = None  # no entry, or a damaged one: lint again
+            self._entries[absolute] = entry
+        return self._entries[absolute]
+
+    def get(self, path: str, content: str, rules: str) -> Optional["FileReport"]:
+        """The cached report of `path` if its bytes still hash to `content` and it was checked
+        with the rule set `rules` (`rule_set_key`), else None."""
         from dplint.runner import FileReport
 
-        entry = self.entries.get(os.path.abspath(path))
-        if not isinstance(entry, dict) or entry.get("hash") != key:
+        entry = self._read(os.path.abspath(path))
+        if entry is None or entry.get("hash") != content:
             return None
-        if not dependencies_unchanged(entry.get("deps")):
-            return None  # a file it imports from changed: its findings may have too
+        result = entry["results"].get(rules)
+        if not isinstance(result, dict):
+            return None
+        if not dependencies_unchanged(result.get("deps")):
+            return None  # a project file it read (an imported helper) changed: its findings may have too
         try:
-            findings = [finding_from_dict(f) for f in entry["findings"]]
-        except (KeyError, TypeError, ValueError):
+            findings = [finding_from_dict(f) for f in result["findings"]]
+            facts = result.get("facts") or {}
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None  # an entry from a damaged cache file: lint again
         for finding in findings:
             finding.filename = path  # as named in this run (`.` vs an absolute path)
-        return FileReport(path, findings, facts=entry.get("facts", {}), dependencies=entry.get("deps") or {})
+        return FileReport(path, findings, facts=facts, dependencies=result.get("deps") or {})
 
-    def put(self, path: str, key: str, report: "FileReport") -> None:
-        self.entries[os.path.abspath(path)] = {
-            "hash": key,
-            "findings": [finding_to_dict(f) for f in report.findings],
-            "facts": report.facts,
-            "deps": report.dependencies,
-        }
+    def put(self, path: str, content: str, rules: str, report: "FileReport") -> None:
+        absolute = os.path.abspath(path)
+        entry = self._read(absolute)
+        results = dict(entry["results"]) if entry is not None and entry.get("hash") == content else {}
+        results.pop(rules, None)
+        results[rules] = {"findings": [finding_to_dict(f) for f in report.findings], "facts": report.facts,
+                          "deps": report.dependencies}
+        while len(results) > MAX_RULE_SETS:  # the oldest rule set goes (dicts keep insertion order)
+            del results[next(iter(results))]
+        entry = {"path": absolute, "hash": content, "results": results}
+        self._entries[absolute] = entry
+        target = self._entry_path(absolute)
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+        except OSError:
+            return
+        _write_json(target, entry)
         self.changed = True
+
+    # ------------------------------------------------------------------ project-wide results
+    def _project_path(self, facts_key: str) -> str:
+        return os.path.join(self.folder, "project", f"{facts_key}.json")
 
     def get_project(self, facts_key: str) -> Optional[list[Finding]]:
         """The project-wide findings last computed from these facts (every file's, hashed)."""
-        entry = self.project
-        if not isinstance(entry, dict) or entry.get("facts") != facts_key:
-            return None
         try:
+            with open(self._project_path(facts_key), encoding="utf-8") as handle:
+                entry = json.load(handle)
             return [finding_from_dict(f) for f in entry["findings"]]
-        except (KeyError, TypeError, ValueError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def put_project(self, facts_key: str, findings: list[Finding]) -> None:
-        self.project = {"facts": facts_key, "findings": [finding_to_dict(f) for f in findings]}
+        target = self._project_path(facts_key)
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+        except OSError:
+            return
+        _write_json(target, {"findings": [finding_to_dict(f) for f in findings]})
         self.changed = True
 
+    # ------------------------------------------------------------------ bounds
     def save(self) -> None:
+        """Entries are written as they come; this keeps the folder within its bounds."""
         if not self.changed:
             return
-        temp = f"{self.file}.{os.getpid()}.tmp"
         try:
-            os.makedirs(self.folder, exist_ok=True)
-            ignore = os.path.join(self.folder, ".gitignore")
+            ignore = os.path.join(self.root, ".gitignore")
             if not os.path.exists(ignore):
                 with open(ignore, "w", encoding="utf-8") as handle:
                     handle.write("*\n")
-            with open(temp, "w", encoding="utf-8") as handle:
-                json.dump({"key": self.run_key, "files": self.entries, "project": self.project}, handle)
-            os.replace(temp, self.file)  # concurrent runs: the last complete file wins
+            self._prune()
         except OSError:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass  # a cache that cannot be written only costs time
+            pass  # bounds are kept by the next run that can
+
+    def _prune(self) -> None:
+        versions = sorted(
+            (entry for entry in os.scandir(self.root) if entry.is_dir() and entry.path != self.folder),
+            key=lambda entry: entry.stat().st_mtime,
+            reverse=True,
+        )
+        os.utime(self.folder)
+        for old in versions[KEEP_VERSIONS - 1 :]:
+            shutil.rmtree(old.path, ignore_errors=True)
+        _keep_newest(os.path.join(self.folder, "project"), MAX_PROJECT_ENTRIES, MAX_PROJECT_ENTRIES)
+        files = os.path.join(self.folder, "files")
+        entries = [entry for shard in os.scandir(files) if shard.is_dir() for entry in os.scandir(shard.path)]
+        if len(entries) > MAX_ENTRIES:
+            _remove_oldest(entries, len(entries) - MAX_ENTRIES * 8 // 10)
+
+
+def _keep_newest(folder: str, limit: int, keep: int) -> None:
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    if len(entries) > limit:
+        _remove_oldest(entries, len(entries) - keep)
+
+
+def _remove_oldest(entries: list, count: int) -> None:
+    def mtime(entry) -> float:
+        try:
+            return entry.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    for entry in sorted(entries, key=mtime)[:count]:
+        try:
+            os.unlink(entry.path)
+        except OSError:
+            pass

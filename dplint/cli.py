@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 import click
 
@@ -36,12 +37,23 @@ def _common_options(function):
         click.option("--select", multiple=True, help="Rules to enable (codes, slugs or prefixes such as DPL00)."),
         click.option("--ignore", multiple=True, help="Rules to disable."),
         click.option("--extend-select", multiple=True, help="Rules to enable on top of the selection."),
+        click.option("--exclude", multiple=True, help="Files and folders not to check (globs; replaces the configuration's)."),
+        click.option("--extend-exclude", multiple=True, help="More files and folders not to check (globs)."),
         click.option(
             "--output-format", envvar="DPLINT_OUTPUT_FORMAT", default=None,
-            help=f"Output format: {', '.join(REPORTERS)} (default text; also DPLINT_OUTPUT_FORMAT).",
+            help=f"Output format: {', '.join(REPORTERS)} (default: full on a terminal, text otherwise; "
+            "also DPLINT_OUTPUT_FORMAT).",
         ),
         click.option("-o", "--output-file", type=click.Path(dir_okay=False), help="Write the report to this file."),
-        click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain."),
+        click.option(
+            "--fail-on", type=click.Choice(["error", "warning", "info"]), default=None,
+            help="The least severe finding that makes the exit code 1 (default info: any finding).",
+        ),
+        click.option("-e", "--exit-zero", is_flag=True, help="Exit 0 even when findings remain."),
+        click.option("-q", "--quiet", is_flag=True, help="Print the findings and nothing else."),
+        click.option("-s", "--silent", is_flag=True, help="Print nothing (errors aside); the exit code tells."),
+        click.option("--show-files", is_flag=True, help="List the files that would be checked, and exit."),
+        click.option("--show-settings", is_flag=True, help="Print the settings the first file is checked with, and exit."),
         click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply (or show) unsafe fixes."),
         click.option("--diff", is_flag=True, help="With fix: print a diff of the fixes instead of writing."),
         click.option("--show-fixes", is_flag=True, help="With fix: list what was fixed per file and rule."),
@@ -51,9 +63,13 @@ def _common_options(function):
         click.option("--stdin-filename", default=None, help="The name of the file read from stdin (`-`)."),
         click.option("--force-exclude", is_flag=True, help="Apply excludes to paths given on the command line too."),
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Processes to use (default: CPU count)."),
-        click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache."),
+        click.option("-n", "--no-cache", is_flag=True, help="Neither read nor write the result cache."),
         click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="Where the cache lives (default .dplint_cache)."),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="Use this configuration file."),
+        click.option(
+            "--config", "config", multiple=True,
+            help='A configuration file to use for every file, or a `key = value` setting over it (repeatable), '
+            'e.g. --config "fail-on = \'error\'".',
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -75,25 +91,51 @@ def fix(**options) -> None:
     sys.exit(_run(fix_mode=True, **options))
 
 
-def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, output_file, exit_zero,
-         unsafe_fixes, diff, show_fixes, exit_non_zero_on_fix, rules, statistics, stdin_filename,
-         force_exclude, jobs, no_cache, cache_dir, config_file) -> int:
-    from dplint.config import ConfigError, is_excluded, load_settings
+STATISTICS_FORMATS = ("text", "full", "concise", "json", "json-lines")  # --statistics has a shape for these
+
+
+def _config_files_and_settings(config: tuple[str, ...]) -> tuple[Optional[str], Optional[tuple]]:
+    """`--config` values: a configuration file (at most one), and `key = value` settings."""
+    from dplint.config import ConfigError, parse_config_override
+
+    files = [value for value in config if "=" not in value or os.path.isfile(value)]
+    pairs = [value for value in config if value not in files]
+    if len(files) > 1:
+        raise ConfigError(f"--config: one configuration file at most, not {len(files)} ({', '.join(files)})")
+    return (files[0] if files else None), (parse_config_override("\n".join(pairs)) if pairs else None)
+
+
+def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, extend_exclude, output_format, output_file,
+         fail_on, exit_zero, quiet, silent, show_files, show_settings, unsafe_fixes, diff, show_fixes,
+         exit_non_zero_on_fix, rules, statistics, stdin_filename, force_exclude, jobs, no_cache, cache_dir,
+         config) -> int:
+    from dplint.config import SEVERITY_ORDER, ConfigError, is_excluded, load_settings
     from dplint.registry import UnknownRuleError, codes_for
-    from dplint.runner import FileReport, FixOptions, RunReport, process_stdin, run
+    from dplint.runner import FileReport, FixOptions, RunReport, files_to_check, process_stdin, run
+
+    quiet = quiet or silent
+
+    def inform(message: str) -> None:  # what -q and -s silence: summaries and warnings on stderr
+        if not quiet:
+            click.echo(message, err=True)
 
     # As ruff: `-`, or a --stdin-filename, means the code comes on standard input.
     use_stdin = list(paths) == ["-"] or stdin_filename is not None
     if use_stdin and [path for path in paths if path != "-"]:
-        click.echo("dplint: warning: reading standard input (--stdin-filename); the paths given are ignored", err=True)
+        inform("dplint: warning: reading standard input (--stdin-filename); the paths given are ignored")
     paths = list(paths) or ["."]
     try:
+        config_file, config_settings = _config_files_and_settings(config)
         overrides = {
             "select": _split(select) or None,
             "ignore": _split(ignore) or None,
             "extend_select": _split(extend_select) or None,
+            "exclude": _split(exclude) or None,
+            "extend_exclude": _split(extend_exclude) or None,
             "unsafe_fixes": unsafe_fixes,
             "output_format": output_format,
+            "fail_on": fail_on,
+            "config": config_settings,
         }
         if use_stdin:
             start = os.path.dirname(os.path.abspath(stdin_filename)) if stdin_filename else os.getcwd()
@@ -111,6 +153,28 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
             err=True,
         )
         return EXIT_ERROR
+    output = settings.output_format
+    if output_format is None and "output-format" not in settings.configured and not output_file and sys.stdout.isatty():
+        output = "full"  # as ruff: the code frames on a terminal, one line per finding in pipes and logs
+    if statistics and output not in STATISTICS_FORMATS:
+        click.echo(
+            f"dplint: error: --statistics cannot be shown as {output} (use {', '.join(STATISTICS_FORMATS)})", err=True
+        )
+        return EXIT_ERROR
+
+    if show_files or show_settings:
+        try:
+            files, _ = files_to_check(paths, settings, force_exclude)
+        except ConfigError as error:
+            click.echo(f"dplint: error: {error}", err=True)
+            return EXIT_ERROR
+        if show_settings:
+            click.echo(_settings_text(files[0] if files else paths[0], settings), nl=False)
+        elif files:
+            click.echo("".join(f"{path}\n" for path in files), nl=False)
+        if not files:
+            inform(NO_FILES_WARNING)
+        return EXIT_CLEAN
 
     fix = FixOptions(unsafe=settings.unsafe_fixes, only_codes=only_codes, write=not diff) if fix_mode or diff else None
     try:
@@ -132,8 +196,10 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
                     sys.stdout.buffer.write(data)
                     sys.stdout.buffer.flush()
         else:
-            cache = None if no_cache or fix is not None else (cache_dir or os.path.join(os.getcwd(), ".dplint_cache"))
+            cache = None if no_cache else (cache_dir or os.path.join(os.getcwd(), ".dplint_cache"))
             report = run(paths, settings, fix=fix, jobs=jobs, cache_dir=cache, force_exclude=force_exclude)
+            if not report.files:
+                inform(NO_FILES_WARNING)
     except ConfigError as error:  # a nested configuration file met on the way
         click.echo(f"dplint: error: {error}", err=True)
         return EXIT_ERROR
@@ -143,22 +209,26 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
 
     changed = [r for r in report.files if r.diff]
     if diff:
-        for file_report in changed:
-            sys.stdout.write(file_report.diff)
+        if not silent:
+            sys.stdout.flush()
+            for file_report in changed:  # bytes: a patch carries the file's characters as they are
+                sys.stdout.buffer.write(file_report.diff.encode("utf-8", "surrogateescape"))
+            sys.stdout.buffer.flush()
         count = sum(len(r.applied) for r in changed)
-        click.echo(f"Would fix {_plural(count, 'problem')} in {_plural(len(changed), 'file')}.", err=True)
+        inform(f"Would fix {_plural(count, 'problem')} in {_plural(len(changed), 'file')}.")
         if report.errors:
             return EXIT_ERROR
         return EXIT_FINDINGS if changed else EXIT_CLEAN
 
     findings = report.findings
     if statistics:
-        rendered = _statistics(findings, settings.unsafe_fixes, as_json=settings.output_format in ("json", "json-lines"))
+        rendered = _statistics(findings, settings.unsafe_fixes, output, summary=not quiet)
     else:
-        rendered = REPORTERS[settings.output_format](
+        rendered = REPORTERS[output](
             findings,
             unsafe_fixes=settings.unsafe_fixes,
             files=[file_report.path for file_report in report.files],
+            summary=not quiet,
         )
     if output_file:
         try:
@@ -168,6 +238,8 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
         except OSError as error:
             click.echo(f"dplint: error: cannot write {output_file}: {error.strerror or error}", err=True)
             return EXIT_ERROR
+    elif silent:
+        pass
     elif use_stdin and fix is not None:
         click.echo(rendered, nl=False, err=True)  # stdout carries the fixed code
     else:
@@ -176,8 +248,8 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
     if fix is not None:
         applied = report.applied
         if applied:
-            click.echo(f"Fixed {_plural(len(applied), 'problem')} in {_plural(len(changed), 'file')}.", err=True)
-        if show_fixes:
+            inform(f"Fixed {_plural(len(applied), 'problem')} in {_plural(len(changed), 'file')}.")
+        if show_fixes and not quiet:
             for file_report in report.files:
                 if file_report.applied:
                     click.echo(f"- {file_report.path}:", err=True)
@@ -188,16 +260,46 @@ def _run(fix_mode: bool, paths, select, ignore, extend_select, output_format, ou
         return EXIT_ERROR
     if fix is not None and exit_non_zero_on_fix and report.applied:
         return EXIT_FINDINGS
-    if findings and not exit_zero:
+    threshold = SEVERITY_ORDER.index(settings.fail_on)
+    if any(SEVERITY_ORDER.index(f.severity.value) >= threshold for f in findings) and not exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+NO_FILES_WARNING = "dplint: warning: No Python files found under the given path(s)"
+
+
+def _settings_text(path: str, settings) -> str:
+    """`--show-settings`: the settings that apply to `path`, one `key = value` line each."""
+    import json
+
+    resolved = settings.for_path(path)
+    values = {
+        "select": list(resolved.select) if resolved.select is not None else ["ALL"],
+        "ignore": list(resolved.ignore),
+        "extend-select": list(resolved.extend_select),
+        "per-file-ignores": {pattern: list(selectors) for pattern, selectors in resolved.per_file_ignores},
+        "exclude": list(resolved.exclude),
+        "extend-exclude": list(resolved.extend_exclude),
+        "unsafe-fixes": resolved.unsafe_fixes,
+        "output-format": settings.output_format,
+        "fail-on": settings.fail_on,
+        "enabled rules": sorted(resolved.enabled_codes(path)),
+    }
+    lines = [
+        f"Resolved settings for: {path}",
+        f"Settings path: {resolved.config_file or '(none: the defaults)'}",
+        f"Globs relative to: {resolved.root}",
+        *(f"{key} = {json.dumps(value)}" for key, value in values.items()),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'s' if count != 1 else ''}"
 
 
-def _statistics(findings, unsafe_fixes: bool, as_json: bool) -> str:
+def _statistics(findings, unsafe_fixes: bool, output: str, summary: bool = True) -> str:
     """The number of findings per rule, most frequent first (instead of the findings)."""
     import json
 
@@ -209,12 +311,14 @@ def _statistics(findings, unsafe_fixes: bool, as_json: bool) -> str:
         entry[0] += 1
         entry[1] += fixable(finding, unsafe_fixes)
     rows = sorted(counts.items(), key=lambda item: (-item[1][0], item[0]))
-    if as_json:
-        return json.dumps(
-            [{"code": code, "name": name, "count": count, "fixable": fixable} for (code, name), (count, fixable) in rows],
-            indent=2,
-        ) + "\n"
+    objects = [{"code": code, "name": name, "count": count, "fixable": fixable} for (code, name), (count, fixable) in rows]
+    if output == "json":
+        return json.dumps(objects, indent=2) + "\n"
+    if output == "json-lines":
+        return "".join(json.dumps(entry) + "\n" for entry in objects)
     lines = [f"{count:5d}\t{code}\t{'[*] ' if fixable else ''}{name}" for (code, name), (count, fixable) in rows]
+    if not summary or output == "concise":
+        return "".join(line + "\n" for line in lines)
     if findings:
         lines.append(f"Found {_plural(len(findings), 'problem')}.")
     else:
@@ -222,30 +326,103 @@ def _statistics(findings, unsafe_fixes: bool, as_json: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rule_fix(rule) -> str:
+    return rule.fix_applicability.value if rule.fix_applicability else "none"
+
+
+def _rule_object(rule) -> dict:
+    """A rule as `rules --output-format json` and `rule --output-format json` show it (ruff's keys)."""
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "linter": "dplint",
+        "severity": rule.severity.value,
+        "fix": _rule_fix(rule),
+        "summary": rule.summary,
+        "explanation": rule.documentation(),
+    }
+
+
+_RULE_FORMAT = click.option(
+    "--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
+)
+
+
 @main.command(name="rules")
-def list_rules() -> None:
+@_RULE_FORMAT
+def list_rules(output_format: str) -> None:
     """List every rule: code, slug, severity, fixable, summary."""
+    import json
+
     from dplint.registry import all_rules
 
+    if output_format == "json":
+        click.echo(json.dumps([_rule_object(rule) for rule in all_rules()], indent=2))
+        return
     for rule in all_rules():
         fixable = rule.fix_applicability.value if rule.fix_applicability else "no"
         click.echo(f"{rule.code}  {rule.name:<28} {rule.severity.value:<8} fix: {fixable:<8} {rule.summary}")
 
 
-@main.command()
-@click.argument("rule")
-def explain(rule: str) -> None:
-    """Print a rule's full documentation."""
-    from dplint.registry import UnknownRuleError, find_rule
+@main.command(name="rule")
+@click.argument("rule", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Every rule's documentation.")
+@_RULE_FORMAT
+def explain(rule: Optional[str], show_all: bool, output_format: str) -> None:
+    """Print a rule's full documentation (`explain` is the same command)."""
+    import json
 
+    from dplint.registry import UnknownRuleError, all_rules, find_rule
+
+    if show_all == (rule is not None):
+        click.echo("dplint: error: name one rule (a code or slug), or give --all", err=True)
+        sys.exit(EXIT_ERROR)
     try:
-        found = find_rule(rule)
+        found = list(all_rules()) if show_all else [find_rule(rule)]
     except UnknownRuleError as error:
         click.echo(f"dplint: error: {error}", err=True)
         sys.exit(EXIT_ERROR)
-    fixable = found.fix_applicability.value if found.fix_applicability else "none"
-    click.echo(f"# {found.name} ({found.code})\n\nSeverity: {found.severity.value}. Fix: {fixable}.\n")
-    click.echo(found.documentation())
+    if output_format == "json":
+        objects = [_rule_object(one) for one in found]
+        click.echo(json.dumps(objects if show_all else objects[0], indent=2))
+        return
+    for index, one in enumerate(found):
+        if index:
+            click.echo()
+        click.echo(f"# {one.name} ({one.code})\n\nSeverity: {one.severity.value}. Fix: {_rule_fix(one)}.\n")
+        click.echo(one.documentation())
+
+
+main.add_command(explain, name="explain")
+
+
+@main.command()
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def version(output_format: str) -> None:
+    """Print dplint's version."""
+    import json
+
+    if output_format == "json":
+        click.echo(json.dumps({"version": __version__}))
+    else:
+        click.echo(f"dplint {__version__}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(file_okay=False))
+def clean(paths: tuple[str, ...]) -> None:
+    """Remove the result caches (`.dplint_cache`) in the given folders (default ".") and below."""
+    import shutil
+
+    from dplint.discovery import SKIPPED_FOLDERS
+
+    for root in paths or (".",):
+        for folder, subfolders, _ in os.walk(root):
+            if ".dplint_cache" in subfolders:
+                cache = os.path.join(folder, ".dplint_cache")
+                click.echo(f"Removing cache at: {cache}", err=True)
+                shutil.rmtree(cache, ignore_errors=True)
+            subfolders[:] = [name for name in subfolders if name not in SKIPPED_FOLDERS]
 
 
 # `dplint verify`: its click command lives with the runtime check (it needs torch only when run).

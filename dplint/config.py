@@ -9,6 +9,7 @@ folder. `--config FILE` uses that one file for every checked file.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 import sys
@@ -23,7 +24,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 CONFIG_NAMES = ("dplint.toml", "pyproject.toml")  # looked for in this order in each folder
 SELECTOR_LISTS = ("select", "ignore", "extend-select")
 GLOB_LISTS = ("exclude", "extend-exclude", "extend-include")
-KEYS = (*SELECTOR_LISTS, "per-file-ignores", *GLOB_LISTS, "unsafe-fixes", "output-format")
+KEYS = (*SELECTOR_LISTS, "per-file-ignores", *GLOB_LISTS, "unsafe-fixes", "output-format", "fail-on")
+SEVERITY_ORDER = ("info", "warning", "error")  # `fail-on = X`: findings of X or worse exit 1
 
 
 class ConfigError(ValueError):
@@ -41,11 +43,13 @@ class Settings:
     extend_include: tuple[str, ...] = ()  # more files for folder walks (`*.py`, `*.pyi`, `*.ipynb` always)
     unsafe_fixes: bool = False
     output_format: str = "text"
+    fail_on: str = "info"  # the least severe finding that makes the exit code 1
     root: str = field(default_factory=os.getcwd)  # the folder globs are relative to
     config_file: Optional[str] = None  # the file these settings were read from, if any
     # The command line's values, laid over whichever configuration file a checked file uses.
     overrides: tuple[tuple[str, Any], ...] = ()
     discover: bool = False  # each checked file uses its own nearest configuration file
+    configured: tuple[str, ...] = ()  # the keys a configuration file (or `--config "k = v"`) set
 
     def for_path(self, path: str) -> "Settings":
         """The settings that apply to `path`: those of its nearest configuration file."""
@@ -178,16 +182,37 @@ def _read_settings(path: str) -> Settings:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: {where} must be a table")
     values: dict[str, Any] = {"root": os.path.dirname(path), "config_file": path}
+    values.update(_checked_table(path, table, where))
+    return Settings(**values)
+
+
+def _checked_table(path: str, table: dict, where: str) -> dict[str, Any]:
+    """The table's keys as Settings fields, checked; `configured` lists the keys found."""
+    values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
             hint = ""
-            if key.replace("_", "-") in KEYS:
-                hint = f" (did you mean `{key.replace('_', '-')}`?)"
+            close = difflib.get_close_matches(key.replace("_", "-"), KEYS, n=1)
+            if key.replace("_", "-") in KEYS or close:
+                hint = f" (did you mean `{close[0] if close else key.replace('_', '-')}`?)"
             elif key == "tool":
                 hint = " (dplint.toml takes the keys at the top level, without [tool.dplint])"
             raise ConfigError(f"{path}: unknown key `{key}` in {where}{hint}; known keys: {', '.join(KEYS)}")
         values[key.replace("-", "_")] = _checked_value(path, key, value)
-    return Settings(**values)
+    values["configured"] = tuple(table)
+    return values
+
+
+def parse_config_override(text: str) -> tuple[tuple[str, Any], ...]:
+    """`--config "key = value"` (TOML, as ruff's): the settings it sets, checked."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(
+            f"--config {text!r}: neither a configuration file nor a TOML `key = value` pair ({error})"
+        ) from None
+    values = _checked_table("--config", table, f"{text!r}")
+    return tuple(sorted(values.items()))
 
 
 def _checked_value(path: str, key: str, value: Any) -> Any:
@@ -218,6 +243,10 @@ def _checked_value(path: str, key: str, value: Any) -> Any:
         if value not in REPORTERS:
             raise fail(f"one of {', '.join(REPORTERS)}")
         return value
+    if key == "fail-on":
+        if value not in SEVERITY_ORDER:
+            raise fail(f"one of {', '.join(reversed(SEVERITY_ORDER))}")
+        return value
     raise AssertionError(key)
 
 
@@ -237,9 +266,16 @@ def _with_overrides(base: Settings, overrides: dict[str, Any]) -> Settings:
     and `--ignore` adds to the file's ignores. Per-file ignores still apply on top."""
     from dplint.registry import codes_for
 
+    config = dict(overrides.get("config") or ())  # `--config "key = value"`: as if in the file
+    if config:
+        configured = tuple(dict.fromkeys(base.configured + config.pop("configured")))
+        base = replace(base, **config, configured=configured)
     changes: dict[str, Any] = {
-        key: overrides[key] for key in ("unsafe_fixes", "output_format") if overrides.get(key) is not None
+        key: overrides[key]
+        for key in ("unsafe_fixes", "output_format", "fail_on", "exclude") if overrides.get(key) is not None
     }
+    if overrides.get("extend_exclude"):
+        changes["extend_exclude"] = base.extend_exclude + tuple(overrides["extend_exclude"])
     select = overrides.get("select")
     ignore = tuple(overrides.get("ignore") or ())
     extend_select = tuple(overrides.get("extend_select") or ())

@@ -158,6 +158,7 @@ class Flow:
         self._steps = 0
         self._callees: dict[tuple, Optional[Callee]] = {}
         self._instance_aliases: Optional[dict] = None
+        self._conditions: dict[tuple, tuple] = {}
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -168,6 +169,16 @@ class Flow:
             return []
         if key.startswith("self."):
             return self._reaching_attribute(key, at, owner, use_scope)
+        if owner.kind == "module" and use_scope is not owner and use_scope.kind == "function":
+            # A function's body runs when it is called, after the module body defined what it
+            # reads (`def main(): train()` above `def train(): ...`): the module's final bindings.
+            records = self._records.get((owner, key, owner.node))
+            if records is None:
+                self._reaching_in(owner, key, owner.node, owner.node, initial=None)
+                records = self._records.get((owner, key, owner.node), {})
+            final = records.get(_EXIT)
+            if final:
+                return list(final)
         return self._reaching_in(owner, key, at, owner.node, initial=None)
 
     def _reaching_in(self, owner: "Scope", key: str, at: cst.CSTNode, body_owner: cst.CSTNode,
@@ -249,7 +260,13 @@ class Flow:
     def _anchor(self, node: cst.CSTNode) -> cst.CSTNode:
         if isinstance(node, (cst.For, cst.With, cst.ExceptHandler, cst.FunctionDef, cst.ClassDef)):
             return node
-        return self.model.statement_of(node)
+        statement = self.model.statement_of(node)
+        if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and len(statement.body) > 1:
+            # `a = f(); b = g(a)` on one line: each small statement binds in turn.
+            for small in statement.body:
+                if small is node or _inside(self.model, node, small):
+                    return small
+        return statement
 
     def _walk_block(self, statements: Sequence[cst.CSTNode], state: Optional[list], ctx: Path) -> Optional[list]:
         for statement in statements:
@@ -269,6 +286,9 @@ class Flow:
         model = self.model
         if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             state = self._bind_here(statement, state, ctx)
+            for small in statement.body if len(statement.body) > 1 else ():
+                self._records_now[small] = state
+                state = self._bind_here(small, state, ctx)
             if any(isinstance(small, (cst.Return, cst.Raise)) for small in statement.body):
                 return None
             return state
@@ -345,6 +365,12 @@ class Flow:
 
     # ------------------------------------------------------------------- conditions
     def condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
+        key = (id(test), holds)
+        if key not in self._conditions:
+            self._conditions[key] = (test, self._condition(test, holds))  # keeps `test` alive: ids stay unique
+        return self._conditions[key][1]
+
+    def _condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, holds = test.expression, not holds
         text = _SPACE.sub("", self.model.code(test))

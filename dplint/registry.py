@@ -11,7 +11,7 @@ import importlib
 import os
 import pkgutil
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from dplint.rule import Rule
 
@@ -107,7 +107,19 @@ def codes_for(selector: str) -> set[str]:
     prefixed = {rule.code for rule in rules if rule.code.startswith(wanted.upper())} if wanted[:3].upper() == "DPL" else set()
     if prefixed:
         return prefixed
-    raise UnknownRuleError(f"unknown rule selector {selector!r} (use a code such as DPL004, a slug such as strip-module, or a prefix such as DPL00)")
+    raise UnknownRuleError(f"unknown rule selector {selector!r}{_did_you_mean(wanted, rules)}")
+
+
+def _did_you_mean(wanted: str, rules: Sequence[RuleEntry]) -> str:
+    """` (did you mean 'strip-module'?)` for a near miss, else how selectors are spelled."""
+    import difflib
+
+    names = {rule.name: rule.name for rule in rules} | {rule.code.lower(): rule.code for rule in rules}
+    spelled = wanted.lower().replace("_", "-").replace(" ", "-")
+    close = difflib.get_close_matches(spelled, names, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {names[close[0]]!r}?)"
+    return " (use a code such as DPL004, a slug such as strip-module, or a prefix such as DPL00)"
 
 
 def find_rule(selector: str) -> type[Rule]:

@@ -43,10 +43,10 @@ def fix_summary(findings: Sequence[Finding], unsafe_fixes: bool) -> str:
     return f"[*] {safe} fixable with dplint fix ({unsafe} more with --unsafe-fixes)."
 
 
-def _line(finding: Finding, unsafe_fixes: bool) -> str:
+def _header(finding: Finding, unsafe_fixes: bool) -> str:
     f = finding
     where = f"{f.filename}:cell {f.cell}" if f.cell is not None else f.filename  # notebooks, as ruff
-    return f"{where}:{f.location.row}:{f.location.column}: {f.code}{_fix_marker(f, unsafe_fixes)} {f.message}"
+    return f"{where}:{f.location.row}:{f.location.column}: {f.code} {f.severity.value}{_fix_marker(f, unsafe_fixes)}"
 
 
 def _stored_region(finding: Finding) -> tuple:
@@ -65,17 +65,125 @@ def _stored_region(finding: Finding) -> tuple:
     return f.location.row, f.location.column, f.end_location.row, f.end_location.column
 
 
-def text(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
-    lines = [_line(f, unsafe_fixes) for f in findings]
-    if findings:
-        count = len(findings)
-        lines.append(f"Found {count} problem{'s' if count != 1 else ''}.")
-        summary = fix_summary(findings, unsafe_fixes)
-        if summary:
-            lines.append(summary)
+def _line(finding: Finding, unsafe_fixes: bool) -> str:
+    return f"{_header(finding, unsafe_fixes)} {finding.message}"
+
+
+def _summary(findings: Sequence[Finding], unsafe_fixes: bool) -> list[str]:
+    if not findings:
+        return ["All checks passed!"]
+    count = len(findings)
+    lines = [f"Found {count} problem{'s' if count != 1 else ''}."]
+    summary = fix_summary(findings, unsafe_fixes)
+    if summary:
+        lines.append(summary)
+    return lines
+
+
+def text(findings: Sequence[Finding], unsafe_fixes: bool = False, summary: bool = True, **_) -> str:
+    """One line per finding (`path:line:col: CODE severity [*] message`), then the summary."""
+    lines = [_line(f, unsafe_fixes) for f in findings] + (_summary(findings, unsafe_fixes) if summary else [])
+    return "".join(line + "\n" for line in lines)
+
+
+# ---------------------------------------------------------------------------- full (ruff's code frame)
+_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+def _top_level_breaks(message: str, separators: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(start, end) of each separator outside `code`, brackets and quoted text."""
+    found = []
+    depth, in_code = 0, False
+    for index, char in enumerate(message):
+        if char == "`":
+            in_code = not in_code
+        elif in_code:
+            continue
+        elif char in _OPENERS:
+            depth += 1
+        elif char in _CLOSERS:
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            for separator in separators:
+                if message.startswith(separator, index):
+                    found.append((index, index + len(separator)))
+                    break
+    return found
+
+
+def message_parts(finding: Finding) -> tuple[str, str, str]:
+    """(title, note, help): a message split where the rules' messages put their parts:
+    "what is wrong: what torch does; what to do". The help is the part after the last `; `
+    (or the last sentence), the title what comes before the first `: ` of the rest, the note
+    what lies between. Without advice in the message, the help is the fix's title."""
+    message = " ".join(finding.message.split())
+    rest, advice = message, ""
+    breaks = [b for b in _top_level_breaks(message, ("; ", ". ")) if message[b[1] : b[1] + 1].strip()]
+    if breaks:
+        start, end = breaks[-1]
+        rest, advice = message[:start], message[end:]
+    title, note = rest, ""
+    colons = _top_level_breaks(rest, (": ",))
+    if colons:
+        start, end = colons[0]
+        title, note = rest[:start], rest[end:]
+    help_text = advice.strip() or (finding.fix_message or "")
+    if help_text[:1].islower():
+        help_text = help_text[0].upper() + help_text[1:]
+    return title.strip(), note.strip(), help_text
+
+
+def _display(line: str) -> str:
+    return line.replace("\t", "    ").replace("\x0c", " ").rstrip("\r\n")
+
+
+def _source_lines(path: str, cache: dict[str, Optional[list[str]]]) -> Optional[list[str]]:
+    if path not in cache:
+        from dplint.source import LINE_BREAK, SourceError, read_source
+
+        try:
+            cache[path] = LINE_BREAK.split(read_source(path).text)
+        except (SourceError, OSError, ValueError):
+            cache[path] = None  # standard input, or a file gone since: no code frame
+    return cache[path]
+
+
+def _frame(finding: Finding, lines: Optional[list[str]]) -> list[str]:
+    row, column = finding.location.row, finding.location.column
+    if lines is None or not 1 <= row <= len(lines):
+        return []
+    source = lines[row - 1]
+    start = len(_display(source[: column - 1]))
+    if finding.end_location.row == row:
+        width = len(_display(source[: finding.end_location.column - 1])) - start
     else:
-        lines.append("All checks passed!")
-    return "\n".join(lines) + "\n"
+        width = len(_display(source).rstrip()) - start
+    gutter = " " * len(str(row))
+    return [
+        f"{gutter} |",
+        f"{row} | {_display(source)}".rstrip(),
+        f"{gutter} | {' ' * start}{'^' * max(1, width)} {finding.code}",
+        f"{gutter} |",
+    ]
+
+
+def full(findings: Sequence[Finding], unsafe_fixes: bool = False, summary: bool = True, **_) -> str:
+    """As ruff's `full` output: each finding's title, the source line with a caret under the
+    finding, a note (what torch does) and the help (what to do); then the summary."""
+    sources: dict[str, Optional[list[str]]] = {}
+    blocks = []
+    for f in findings:
+        title, note, help_text = message_parts(f)
+        block = [f"{_header(f, unsafe_fixes)} {title}", *_frame(f, _source_lines(f.filename, sources))]
+        gutter = " " * len(str(f.location.row))
+        if note:
+            block.append(f"{gutter} = note: {note}")
+        if help_text:
+            block.append(f"{gutter} = help: {help_text}")
+        blocks.append("\n".join(block) + "\n")
+    if summary:
+        blocks.append("\n".join(_summary(findings, unsafe_fixes)) + "\n")
+    return "\n".join(blocks)
 
 
 def concise(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
@@ -296,4 +404,5 @@ REPORTERS: dict[str, Callable[..., str]] = {
     "github": github,
     "sarif": sarif,
     "junit": junit,
+    "full": full,
 }

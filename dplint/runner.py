@@ -8,7 +8,6 @@ imports the engine.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sys
@@ -83,6 +82,7 @@ def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOpti
                  roots: Optional[tuple[str, ...]] = None) -> FileReport:
     """Lint or fix one file's text; with `roots`, values are followed into the project files
     it imports (found from its folder up to the project root)."""
+    from dplint.diffs import unified_diff
     from dplint.engine import fix_source, lint_source, rules_for
 
     rules = rules_for(settings.enabled_codes(path))
@@ -95,14 +95,11 @@ def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOpti
         return report
     fixed = fix_source(text, path, rules, unsafe=fix.unsafe, only_codes=fix.only_codes, project=project)
     report.findings, report.errors, report.facts = fixed.remaining.findings, fixed.remaining.errors, fixed.remaining.facts
+    report.dependencies = fixed.remaining.dependencies
     report.applied = fixed.applied
     if fixed.text != text:
         report.fixed_text = fixed.text
-        report.diff = "".join(
-            difflib.unified_diff(
-                text.splitlines(keepends=True), fixed.text.splitlines(keepends=True), path, path
-            )
-        )
+        report.diff = unified_diff(text, fixed.text, path)
     return report
 
 
@@ -128,6 +125,7 @@ def process_file(path: str, settings: Settings, fix: Optional[FixOptions],
     except SourceError as error:
         return FileReport(path, [problem_finding(path, str(error))])
     report = process_text_guarded(source.text, path, settings, fix, roots)
+    _with_bom(report, source.text, source.encoding)
     if fix is not None and fix.write and report.fixed_text is not None:
         problem = None
         try:
@@ -166,6 +164,18 @@ def may_match(text: str, codes: frozenset[str]) -> bool:
     return any(rule.code in codes and tokens_match(text, rule.tokens) for rule in rule_catalog())
 
 
+def files_to_check(paths: list[str], settings: Settings, force_exclude: bool = False) -> tuple[list[str], list]:
+    """The files a run checks (excludes applied) and the paths that could not be read."""
+    include = settings.extend_include  # `extend-include`: more files for folder walks
+    files, problems = discover(paths, include) if include else discover(paths)
+    explicit = {os.path.normpath(p) for p in paths}
+    files = [
+        f for f in files
+        if not is_excluded(f, settings) or (f in explicit and not force_exclude)
+    ]
+    return files, problems
+
+
 def run(
     paths: list[str],
     settings: Settings,
@@ -174,71 +184,91 @@ def run(
     cache_dir: Optional[str] = None,
     force_exclude: bool = False,
 ) -> RunReport:
-    include = settings.extend_include  # `extend-include`: more files for folder walks
-    files, problems = discover(paths, include) if include else discover(paths)
-    explicit = {os.path.normpath(p) for p in paths}
-    files = [
-        f for f in files
-        if not is_excluded(f, settings) or (f in explicit and not force_exclude)
-    ]
+    files, problems = files_to_check(paths, settings, force_exclude)
     reports: dict[str, FileReport] = {p.path: FileReport(p.path, [problem_finding(p.path, p.message)]) for p in problems}
     jobs = jobs or available_cpus()
     # Imports resolve up to the folders the run was started on (or a project root above a file).
     roots = tuple(sorted({os.path.abspath(p) for p in paths if os.path.isdir(p)}))
 
     cache = None
-    if fix is not None:  # fixing writes files: no cache, each worker reads and writes its own file
-        for report in _map(_fix_one, [(path, settings, fix, roots) for path in files], jobs):
-            reports[report.path] = report
-    else:
-        if cache_dir is not None:
-            from dplint.cache import Cache
+    if cache_dir is not None:
+        from dplint.cache import Cache
 
-            cache = Cache(cache_dir, settings)
-        todo: list[tuple[str, str, Settings, tuple[str, ...]]] = []
-        keys: dict[str, str] = {}
-        for path in files:
-            if path.endswith(".ipynb"):  # notebooks (dplint/notebook.py): linted here, not cached
-                reports[path] = process_file(path, settings, None)
+        cache = Cache(cache_dir)
+    todo: list[tuple] = []
+    keys: dict[str, tuple[str, str]] = {}  # path -> (content hash, rule set) for the cache
+    sizes: dict[str, int] = {}
+    for path in files:
+        if path.endswith(".ipynb"):  # notebooks (dplint/notebook.py): linted here, not cached
+            reports[path] = process_file(path, settings, fix)
+            continue
+        try:
+            source = read_source(path)
+        except SourceError as error:
+            reports[path] = FileReport(path, [problem_finding(path, str(error))])
+            continue
+        codes = settings.enabled_codes(path)
+        if cache is not None:
+            from dplint.cache import rule_set_key
+
+            # The rules in force are part of the key: a nested configuration file can change them.
+            keys[path] = (content_key(source.raw), rule_set_key(codes))
+            cached = cache.get(path, *keys[path])
+            # `fix` too: a cached result without a fix to apply means there is nothing to do.
+            if cached is not None and (fix is None or not any(wants_fix(f, fix) for f in cached.findings)):
+                reports[path] = cached
                 continue
-            try:
-                source = read_source(path)
-            except SourceError as error:
-                reports[path] = FileReport(path, [problem_finding(path, str(error))])
-                continue
-            codes = settings.enabled_codes(path)
+        closure: dict[str, str] = {}
+        matches = may_match(source.text, codes)
+        if not matches:
+            # A file may still need parsing for what the project files it imports hold.
+            closure = project_for(roots).import_closure(path, source.text)
+            matches = bool(closure) and may_match("\n".join((source.text, *closure.values())), codes)
+        if not matches:
+            reports[path] = FileReport(path, dependencies=project_for(roots).hashes(closure))
             if cache is not None:
-                # The rules in force are part of the key: a nested configuration file can change them.
-                keys[path] = key = content_key(source.raw) + ":" + ",".join(sorted(codes))
-                cached = cache.get(path, key)
-                if cached is not None:
-                    reports[path] = cached
-                    continue
-            closure: dict[str, str] = {}
-            matches = may_match(source.text, codes)
-            if not matches:
-                # A file may still need parsing for what the project files it imports hold.
-                closure = project_for(roots).import_closure(path, source.text)
-                matches = bool(closure) and may_match("\n".join((source.text, *closure.values())), codes)
-            if matches:
-                todo.append((path, source.text, settings, roots))
-            else:
-                reports[path] = FileReport(path, dependencies=project_for(roots).hashes(closure))
-                if cache is not None:
-                    cache.put(path, keys[path], reports[path])
-        # Largest first, so that no worker is left with a big file at the end.
-        todo.sort(key=lambda item: -len(item[1]))
-        for report in _map(_lint_one, todo, jobs):
-            reports[report.path] = report
-            if cache is not None and not report.errors:
-                cache.put(report.path, keys[report.path], report)
+                cache.put(path, *keys[path], reports[path])
+            continue
+        sizes[path] = len(source.text)
+        # Fixing writes files: each worker reads and writes its own.
+        todo.append((path, settings, fix, roots) if fix is not None else (path, source.text, settings, roots))
+    # Largest first, so that no worker is left with a big file at the end.
+    todo.sort(key=lambda item: -sizes[item[0]])
+    for report in _map(_lint_one if fix is None else _fix_one, todo, jobs):
+        reports[report.path] = report
+        if cache is not None and not report.errors:
+            _cache_result(cache, report, keys[report.path], fix)
 
     _move_findings_to_their_files(reports)
     ordered = [reports[path] for path in sorted(reports)]
-    add_project_findings(ordered, settings, cache if fix is None else None)
-    if fix is None and cache is not None:
+    add_project_findings(ordered, settings, cache)
+    if cache is not None:
         cache.save()
     return RunReport(ordered, len(files))
+
+
+def wants_fix(finding: Finding, fix: FixOptions) -> bool:
+    """Whether `fix` would apply this finding's fix (the engine's `fix_is_wanted`, without LibCST)."""
+    from dplint.rule import Applicability
+
+    if not finding.edits or finding.fix_applicability not in (Applicability.SAFE, Applicability.UNSAFE):
+        return False
+    if finding.fix_applicability is Applicability.UNSAFE and not fix.unsafe:
+        return False
+    return fix.only_codes is None or finding.code in fix.only_codes
+
+
+def _cache_result(cache, report: FileReport, key: tuple[str, str], fix: Optional[FixOptions]) -> None:
+    """Cache what a run found in a file: the remaining findings are those of the file as it now is."""
+    content, rules = key
+    if fix is not None and report.fixed_text is not None:
+        if not fix.write or not report.applied:
+            return  # --diff: the findings are those of a text that is not on disk
+        try:
+            content = content_key(read_source(report.path).raw)  # as written
+        except SourceError:
+            return
+    cache.put(report.path, content, rules, report)
 
 
 def _move_findings_to_their_files(reports: dict[str, FileReport]) -> None:
@@ -333,7 +363,18 @@ def process_stdin(data: bytes, display_path: str, settings: Settings, fix: Optio
         except UnicodeDecodeError as error:
             return FileReport(display_path, [problem_finding(display_path, f"cannot read notebook: not UTF-8 (byte {error.start})")])
     try:
-        text, _ = decode(data)
+        text, encoding = decode(data)
     except SourceError as error:
         return FileReport(display_path, [problem_finding(display_path, str(error))])
-    return process_text_guarded(text, display_path, settings, fix)
+    report = process_text_guarded(text, display_path, settings, fix)
+    _with_bom(report, text, encoding)
+    return report
+
+
+def _with_bom(report: FileReport, text: str, encoding: str) -> None:
+    """A file's BOM is not in its decoded text but is in its first line's bytes: the patch's
+    context must carry it, or `git apply` and `patch` do not find the line."""
+    if report.diff and report.fixed_text is not None and encoding == "utf-8-sig":
+        from dplint.diffs import unified_diff
+
+        report.diff = unified_diff(text, report.fixed_text, report.path, bom=True)

@@ -20,8 +20,11 @@ same-file (or, with `model.project`, other-file) function that returns one, and 
 return their argument (`on_gpu(nn.DataParallel(net))`). DeepSpeed engines and
 Accelerate-prepared models are not torch wrappers: nothing is said about them.
 
-Changes wanted in `dplint/flow.py` (kept here meanwhile): `Flow.wrappings_at` knowing these
-wrappers; a parameter held by *every* caller (not only a single call site).
+Kept here until `dplint/flow.py` has them (see `reaching_bindings`, `callee_of`,
+`call_sites`): wrappers beyond torch's two in `Flow.wrappings_at`; a parameter judged over
+*every* caller, not only a single call site; a cheap `reaching` (it walks a function once
+per name and renders each `if` test); `callee` for a top-level function defined after its
+caller.
 """
 
 from __future__ import annotations

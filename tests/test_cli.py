@@ -62,7 +62,7 @@ def test_exit_1_for_a_file_that_does_not_parse(cli, project):
     (project / "broken.py").write_text("def f(:\n    model = DataParallel(net)\n    model.train()\n")  # DPL001's tokens: parsed
     result = cli("check", "--no-cache", "--output-format", "concise", "broken.py", cwd=project)
     assert result.returncode == 1
-    assert re.fullmatch(r"broken\.py:\d+:\d+: DPL000 cannot parse: .+\n", out(result)), out(result)
+    assert re.fullmatch(r"broken\.py:\d+:\d+: DPL000 error cannot parse: .+\n", out(result)), out(result)
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_fix_exits_1_while_findings_remain(cli, project):
     result = cli("fix", *SELECT, "--rule", "unused-suppression", "train.py", cwd=project)
     assert result.returncode == 1
     assert (project / "train.py").read_text() == SCRIPT.replace("  # noqa: DPL999", "")
-    assert out(result).splitlines()[0].startswith("train.py:4:44: DPL007 [*] ")
+    assert out(result).splitlines()[0].startswith("train.py:4:44: DPL007 error [*] ")
 
 
 def test_exit_non_zero_on_fix(cli, project):
@@ -164,8 +164,8 @@ def test_stdin_check_names_the_stdin_filename(cli, project):
     result = cli("check", *SELECT, "--output-format", "concise", "--stdin-filename", "pkg/train.py", "-", input=SCRIPT.encode(), cwd=project)
     assert result.returncode == 1
     assert [line.split(" [*]")[0] for line in out(result).splitlines()] == [
-        "pkg/train.py:4:44: DPL007",
-        "pkg/train.py:5:13: DPL100",
+        "pkg/train.py:4:44: DPL007 error",
+        "pkg/train.py:5:13: DPL100 info",
     ]
 
 

@@ -76,10 +76,10 @@ def test_each_file_uses_its_nearest_configuration(tmp_path, cli):
     write(tmp_path / "sub" / "train.py", SCRIPT)
     result = cli("check", "--no-cache", "--output-format", "concise", ".", cwd=tmp_path)
     assert result.stdout.decode().splitlines() == [
-        "main.py:4:44: DPL007 [*] DataLoader gets a sampler and a true `shuffle`: it raises "
+        "main.py:4:44: DPL007 error [*] DataLoader gets a sampler and a true `shuffle`: it raises "
         "`ValueError: sampler option is mutually exclusive with shuffle`; the DistributedSampler "
         "already shuffles, so drop `shuffle=`",
-        "sub/train.py:5:13: DPL100 [*] Unused suppression `# noqa: DPL999`: no rule named `DPL999`",
+        "sub/train.py:5:13: DPL100 info [*] Unused suppression `# noqa: DPL999`: no rule named `DPL999`",
     ]
     assert result.returncode == 1
 
@@ -129,7 +129,7 @@ def test_per_file_ignores(tmp_path, cli):
     write(tmp_path / "train.py", SCRIPT)
     result = cli("check", "--no-cache", "--output-format", "concise", ".", cwd=tmp_path)
     found = [line.split(" [*]")[0] for line in result.stdout.decode().splitlines()]
-    assert found == ["tests/unit/test_loader.py:5:13: DPL100", "train.py:4:44: DPL007", "train.py:5:13: DPL100"]
+    assert found == ["tests/unit/test_loader.py:5:13: DPL100 info", "train.py:4:44: DPL007 error", "train.py:5:13: DPL100 info"]
 
 
 def test_exclude_and_extend_exclude(tmp_path, cli):
@@ -166,7 +166,7 @@ def test_output_format(tmp_path, cli):
     result = cli("check", "--no-cache", "--select", "DPL007", "train.py", cwd=tmp_path)
     assert result.stdout.decode().startswith('{"code": "DPL007", "name": "sampler-shuffle"')
     result = cli("check", "--no-cache", "--select", "DPL007", "--output-format", "concise", "train.py", cwd=tmp_path)
-    assert result.stdout.decode().startswith("train.py:4:44: DPL007 [*] ")
+    assert result.stdout.decode().startswith("train.py:4:44: DPL007 error [*] ")
 
 
 # ---------------------------------------------------------------------------- the command line wins
@@ -198,7 +198,7 @@ def test_environment_output_format_wins_over_the_file(tmp_path, cli, monkeypatch
     write(tmp_path / "train.py", SCRIPT)
     monkeypatch.setenv("DPLINT_OUTPUT_FORMAT", "concise")
     result = cli("check", "--no-cache", "--select", "DPL007", "train.py", cwd=tmp_path)
-    assert result.stdout.decode().startswith("train.py:4:44: DPL007 [*] ")
+    assert result.stdout.decode().startswith("train.py:4:44: DPL007 error [*] ")
 
 
 # ---------------------------------------------------------------------------- errors

@@ -32,8 +32,8 @@ def test_cli_links_the_save_and_the_load(cli):
     result = cli("check", "--no-cache", "fixtures/cross-file/", cwd=ROOT)
     assert result.returncode == 1, result.stderr
     out = lines(result)
-    assert out[0] == "fixtures/cross-file/evaluate.py:13:5: DPL004 " + CROSS_MESSAGE.format(train="fixtures/cross-file/train.py")
-    assert out[1].startswith("fixtures/cross-file/train.py:30:16: DPL006 `torch.save` writes `model.state_dict()`")
+    assert out[0] == "fixtures/cross-file/evaluate.py:13:5: DPL004 error " + CROSS_MESSAGE.format(train="fixtures/cross-file/train.py")
+    assert out[1].startswith("fixtures/cross-file/train.py:30:16: DPL006 warning `torch.save` writes `model.state_dict()`")
     assert out[2:] == ["Found 2 problems.", "No fixes available (1 hidden fixes can be enabled with --unsafe-fixes)."]
 
 

@@ -132,8 +132,8 @@ def test_a_fix_the_files_encoding_cannot_hold_is_not_written(monkeypatch, tmp_pa
     script.write_bytes(original)
     real = runner.process_text
 
-    def euro_fix(text, path, settings, fix_options):
-        report = real(text, path, settings, fix_options)
+    def euro_fix(text, path, settings, fix_options, *project):
+        report = real(text, path, settings, fix_options, *project)
         report.fixed_text = report.fixed_text.replace("# café", "# 5 €")
         return report
 
@@ -170,8 +170,8 @@ def test_an_edit_made_while_fixing_wins(monkeypatch, tmp_path):
     edited = MISUSE + "# the user's edit, saved while dplint was thinking\n"
     real = runner.process_text
 
-    def user_saves_meanwhile(text, path, settings, fix_options):
-        report = real(text, path, settings, fix_options)
+    def user_saves_meanwhile(text, path, settings, fix_options, *project):
+        report = real(text, path, settings, fix_options, *project)
         script.write_text(edited)
         return report
 

@@ -123,13 +123,14 @@ def commit_count(project: Path) -> int:
     return int(result.stdout) if result.returncode == 0 else 0
 
 
+@pytest.mark.slow  # pre-commit pip-installs dplint into its own environment (once per module)
 def test_check_hook_blocks_a_misusing_commit_and_lets_a_clean_one_through(hooks):
     project, env = hooks()
     (project / "train.py").write_text(MISUSE)
     blocked = commit(project, env, "misuse")
     output = blocked.stdout + blocked.stderr
     assert blocked.returncode == 1, output
-    assert "train.py:4:44: DPL007 [*] DataLoader gets a sampler and a true `shuffle`" in output
+    assert "train.py:4:44: DPL007 error [*] DataLoader gets a sampler and a true `shuffle`" in output
     assert commit_count(project) == 0
     assert (project / "train.py").read_text() == MISUSE  # the check hook changes nothing
 
@@ -147,6 +148,7 @@ def test_check_hook_blocks_a_misusing_commit_and_lets_a_clean_one_through(hooks)
     assert commit_count(project) == 2
 
 
+@pytest.mark.slow  # pre-commit pip-installs dplint into its own environment (once per module)
 def test_fix_hook_fixes_the_file_and_stops_the_commit(hooks):
     project, env = hooks("dplint-fix")
     (project / "train.py").write_text(MISUSE)
@@ -156,5 +158,37 @@ def test_fix_hook_fixes_the_file_and_stops_the_commit(hooks):
     assert (project / "train.py").read_text() == MISUSE_FIXED
     assert commit_count(project) == 0
     passed = commit(project, env, "fixed")  # the fixed file, staged again
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert commit_count(project) == 1
+
+
+def test_local_hook_snippet_works_as_written_and_fail_on_lets_info_through(tmp_path):
+    """The `repo: local` snippet, copied as it is, with dplint installed where `git commit` runs;
+    `args: [--fail-on, error]` (as the README says) lets a commit with an info finding through."""
+    doc = next(doc for doc in DOCS if doc.exists())
+    snippet = next(b for b in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S) if "repo: local" in b)
+    env = {
+        **GIT_ENV,
+        "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    }
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".pre-commit-config.yaml").write_text(snippet)
+    assert git("init", "-q", cwd=project).returncode == 0
+    installed = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "install"], cwd=project, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    (project / "train.py").write_text(MISUSE)
+    blocked = commit(project, env, "misuse")
+    assert blocked.returncode == 1, blocked.stdout + blocked.stderr
+    assert "train.py:4:44: DPL007 error [*] " in blocked.stdout + blocked.stderr
+    (project / "train.py").write_text(MISUSE_FIXED + "steps = 10  # noqa: DPL999\n")  # an info finding only
+    assert commit(project, env, "info").returncode == 1  # default: any finding blocks
+    (project / ".pre-commit-config.yaml").write_text(
+        re.sub(r"(?m)^(\s*)- id: dplint$", r"\1- id: dplint\n\1  args: [--fail-on, error]", snippet)
+    )
+    passed = commit(project, env, "info, failing on errors only")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert commit_count(project) == 1

@@ -163,10 +163,10 @@ def test_a_cached_result_is_dropped_when_a_dependency_changes(tmp_path):
     project.resolve("helpers.f", SemanticModel(cst.parse_module("from helpers import f\n"), str(train)))
     settings = Settings(root=str(tmp_path))
     cache = Cache(str(tmp_path / "cache"), settings)
-    cache.put(str(train), "k", FileReport(str(train), dependencies=project.dependencies(str(train))))
-    assert cache.get(str(train), "k") is not None
+    cache.put(str(train), "hash", "rules", FileReport(str(train), dependencies=project.dependencies(str(train))))
+    assert cache.get(str(train), "hash", "rules") is not None
     helper.write_text("def f():\n    return 2\n")
-    assert cache.get(str(train), "k") is None
+    assert cache.get(str(train), "hash", "rules") is None
 
 
 # ------------------------------------------------------------------- project fixtures

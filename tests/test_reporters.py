@@ -69,8 +69,8 @@ def odd_finding(**changes) -> Finding:
 def test_text(cli, project):
     result = check(cli, project)
     assert result.stdout.decode().splitlines() == [
-        f"src/train.py:4:44: DPL007 [*] {DPL007_MESSAGE}",
-        f"src/train.py:5:13: DPL100 [*] {DPL100_MESSAGE}",
+        f"src/train.py:4:44: DPL007 error [*] {DPL007_MESSAGE}",
+        f"src/train.py:5:13: DPL100 info [*] {DPL100_MESSAGE}",
         "Found 2 problems.",
         "[*] 2 fixable with dplint fix.",
     ]
@@ -80,8 +80,8 @@ def test_text(cli, project):
 def test_concise_is_the_finding_lines_only(cli, project):
     result = check(cli, project, "--output-format", "concise")
     assert result.stdout.decode().splitlines() == [
-        f"src/train.py:4:44: DPL007 [*] {DPL007_MESSAGE}",
-        f"src/train.py:5:13: DPL100 [*] {DPL100_MESSAGE}",
+        f"src/train.py:4:44: DPL007 error [*] {DPL007_MESSAGE}",
+        f"src/train.py:5:13: DPL100 info [*] {DPL100_MESSAGE}",
     ]
     assert REPORTERS["concise"]([]) == ""
 
@@ -119,9 +119,9 @@ def test_github_workflow_commands(cli, project):
     lines = check(cli, project, "--output-format", "github").stdout.decode().splitlines()
     assert lines == [
         "::error file=src/train.py,line=4,col=44,endLine=4,endColumn=56,title=dplint (DPL007)::"
-        f"src/train.py:4:44: DPL007 [*] {DPL007_MESSAGE}",
+        f"src/train.py:4:44: DPL007 error [*] {DPL007_MESSAGE}",
         "::notice file=src/train.py,line=5,col=13,endLine=5,endColumn=27,title=dplint (DPL100)::"
-        f"src/train.py:5:13: DPL100 [*] {DPL100_MESSAGE}",
+        f"src/train.py:5:13: DPL100 info [*] {DPL100_MESSAGE}",
     ]
 
 
@@ -129,7 +129,7 @@ def test_github_escapes_messages_and_properties():
     (line,) = github([odd_finding()]).splitlines()
     assert line == (
         "::warning file=odd dir/a%2Cb%3Ac.py,line=3,col=5,endLine=4,endColumn=2,title=dplint (DPL007)::"
-        "odd dir/a,b:c.py:3:5: DPL007 100%25 wrong,%0D%0Asee: here"
+        "odd dir/a,b:c.py:3:5: DPL007 warning 100%25 wrong,%0D%0Asee: here"
     )
     # What the runner parses: `::command key=value,...::message`, one line, no raw separators.
     match = re.fullmatch(r"::(error|warning|notice) ((?:[A-Za-z]+=[^,:]*,?)+)::(.*)", line)
@@ -175,7 +175,7 @@ def test_sarif_has_what_github_code_scanning_reads(cli, project):
     shuffle = rules[[rule["id"] for rule in rules].index("DPL007")]
     assert shuffle["name"] == "sampler-shuffle"
     assert shuffle["help"]["markdown"].startswith("## What it does")
-    assert shuffle["fullDescription"]["text"].startswith("Flags a `DataLoader` given both a sampler")
+    assert shuffle["fullDescription"]["text"].startswith("Flags a `DataLoader`")
     results = run["results"]
     assert [(r["ruleId"], r["level"], rules[r["ruleIndex"]]["id"]) for r in results] == [
         ("DPL007", "error", "DPL007"),
@@ -240,7 +240,7 @@ def test_junit_structure(cli, project):
     ]
     failure = cases[0].find("failure")
     assert (failure.get("type"), failure.get("message")) == ("DPL007", DPL007_MESSAGE)
-    assert failure.text == f"src/train.py:4:44: DPL007 [*] {DPL007_MESSAGE}"
+    assert failure.text == f"src/train.py:4:44: DPL007 error [*] {DPL007_MESSAGE}"
 
 
 def test_junit_escapes_what_xml_cannot_carry():
@@ -272,7 +272,7 @@ def test_every_format_is_selectable_by_flag_environment_and_writes_to_a_file(cli
 def test_unknown_format_is_a_usage_error(cli, project):
     result = check(cli, project, "--output-format", "xml")
     assert result.returncode == 2
-    assert b"unknown output format 'xml' (choose from text, concise, json, json-lines, github, sarif, junit)" in result.stderr
+    assert b"unknown output format 'xml' (choose from text, concise, json, json-lines, github, sarif, junit, full)" in result.stderr
 
 
 def test_statistics(cli, project):

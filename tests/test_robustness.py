@@ -25,7 +25,7 @@ from dplint.runner import FixOptions, run
 from dplint.source import SourceError, call_with_deep_stack, decode, python_syntax_error, read_source
 
 DPL007 = (
-    "DPL007 [*] DataLoader gets a sampler and a true `shuffle`: it raises `ValueError: sampler option "
+    "DPL007 error [*] DataLoader gets a sampler and a true `shuffle`: it raises `ValueError: sampler option "
     "is mutually exclusive with shuffle`; the DistributedSampler already shuffles, so drop `shuffle=`"
 )
 
@@ -77,22 +77,22 @@ def test_every_bad_input_gets_one_line_and_the_run_goes_on(cli, bad_project):
     lines = finding_lines(result)
     syntax = [line for line in lines if line.startswith(("syntax_error.py:", "python2.py:"))]
     assert [line.split(":")[0] for line in syntax] == ["python2.py", "syntax_error.py"]
-    assert all(": DPL000 cannot parse: " in line for line in syntax), syntax
+    assert all(": DPL000 error cannot parse: " in line for line in syntax), syntax
     assert [line for line in lines if line not in syntax] == [
-        "bad_bytes.py:1:1: DPL000 cannot decode as utf-8: invalid byte 0xff at line 3, byte 6 of the line",
+        "bad_bytes.py:1:1: DPL000 error cannot decode as utf-8: invalid byte 0xff at line 3, byte 6 of the line",
         f"bom.py:4:44: {DPL007}",
         f"crlf.py:4:44: {DPL007}",
-        "dangling.py:1:1: DPL000 cannot read: broken symbolic link (its target does not exist)",
+        "dangling.py:1:1: DPL000 error cannot read: broken symbolic link (its target does not exist)",
         f"dir.py/inner.py:4:44: {DPL007}",
-        *(["fifo.py:1:1: DPL000 cannot read: not a regular file (a pipe, socket or device)"] if hasattr(os, "mkfifo") else []),
+        *(["fifo.py:1:1: DPL000 error cannot read: not a regular file (a pipe, socket or device)"] if hasattr(os, "mkfifo") else []),
         f"good.py:4:44: {DPL007}",
-        "latin1_no_cookie.py:1:1: DPL000 cannot decode as utf-8: invalid byte 0xe9 at line 1, byte 6 of the line",
-        "loop_a.py:1:1: DPL000 cannot read: symbolic link loop",
-        "loop_b.py:1:1: DPL000 cannot read: symbolic link loop",
-        "missing.py:1:1: DPL000 cannot read: No such file or directory",
+        "latin1_no_cookie.py:1:1: DPL000 error cannot decode as utf-8: invalid byte 0xe9 at line 1, byte 6 of the line",
+        "loop_a.py:1:1: DPL000 error cannot read: symbolic link loop",
+        "loop_b.py:1:1: DPL000 error cannot read: symbolic link loop",
+        "missing.py:1:1: DPL000 error cannot read: No such file or directory",
         f"mixed_endings.py:4:44: {DPL007}",
-        "unknown_cookie.py:1:1: DPL000 cannot decode: the coding cookie names an unknown encoding 'klingon'",
-        "wrong_cookie.py:1:1: DPL000 cannot decode as ascii (the encoding its coding cookie declares): "
+        "unknown_cookie.py:1:1: DPL000 error cannot decode: the coding cookie names an unknown encoding 'klingon'",
+        "wrong_cookie.py:1:1: DPL000 error cannot decode as ascii (the encoding its coding cookie declares): "
         "invalid byte 0xc3 at line 3, byte 12 of the line",
     ]
     assert result.returncode == 1
@@ -231,7 +231,7 @@ def test_symlink_loops_of_folders_are_not_followed(cli, tmp_path):
     result = cli("check", "--no-cache", ".", "self", cwd=tmp_path)
     assert finding_lines(result) == [
         f"pkg/train.py:4:44: {DPL007}",
-        "self:1:1: DPL000 cannot read: symbolic link loop",
+        "self:1:1: DPL000 error cannot read: symbolic link loop",
     ]
     assert result.returncode == 1
 
@@ -256,7 +256,7 @@ def test_a_path_given_twice_is_fixed_once(cli, tmp_path):
 
 def test_a_missing_path_given_twice_is_reported_once(cli, tmp_path):
     result = cli("check", "--no-cache", "missing.py", "missing.py", "./missing.py", cwd=tmp_path)
-    assert finding_lines(result) == ["missing.py:1:1: DPL000 cannot read: No such file or directory"]
+    assert finding_lines(result) == ["missing.py:1:1: DPL000 error cannot read: No such file or directory"]
     assert result.returncode == 1
 
 
@@ -300,7 +300,7 @@ def test_unreadable_file_for_real(cli, tmp_path):
         result = cli("check", "--no-cache", "secret.py", cwd=tmp_path)
     finally:
         secret.chmod(0o644)
-    assert finding_lines(result) == ["secret.py:1:1: DPL000 cannot read: Permission denied"]
+    assert finding_lines(result) == ["secret.py:1:1: DPL000 error cannot read: Permission denied"]
     assert result.returncode == 1
 
 

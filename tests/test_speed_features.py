@@ -134,15 +134,18 @@ def test_cache_is_invalidated_by_content(project, tmp_path, parse_calls):
     assert after == [f for f in first if f["filename"] != str(flagged)]
 
 
-def test_cache_is_invalidated_by_settings(project, tmp_path, parse_calls):
+def test_cache_keeps_each_rule_set_side_by_side(project, tmp_path, parse_calls):
     cache = tmp_path / "cache"
-    run_report([project], jobs=1, cache_dir=str(cache))
+    first = run_report([project], jobs=1, cache_dir=str(cache))
     parse_calls.clear()
     report = dplint.runner.run([str(project)], Settings(root=str(project), ignore=("DPL007",)), jobs=1, cache_dir=str(cache))
     assert not [f for f in report.findings if f.code == "DPL007"]
+    assert parse_calls  # other rules: linted again
     parse_calls.clear()
-    assert run_report([project], jobs=1, cache_dir=str(cache))  # the first settings again: not stale
-    assert parse_calls
+    assert run_report([project], jobs=1, cache_dir=str(cache)) == first  # the first settings again: still cached
+    assert parse_calls == []
+    again = dplint.runner.run([str(project)], Settings(root=str(project), ignore=("DPL007",)), jobs=1, cache_dir=str(cache))
+    assert as_dicts(again.findings) == as_dicts(report.findings) and parse_calls == []
 
 
 @pytest.mark.parametrize("change", ["version", "code"])
@@ -190,23 +193,28 @@ def test_cached_findings_carry_the_path_as_named_in_this_run(project, tmp_path, 
 def test_a_damaged_cache_file_is_ignored(project, tmp_path):
     cache = tmp_path / "cache"
     expected = run_report([project], jobs=1, cache_dir=str(cache))
-    (result_file,) = cache.glob("results-*.json")
-    data = json.loads(result_file.read_text())
-    for entry in data["files"].values():
-        entry["findings"] = [{"code": 1}]
-    result_file.write_text(json.dumps(data))
+    entries = list(cache.glob("*/files/*/*.json"))
+    assert len(entries) == len(list(project.rglob("*.py")))
+    for entry in entries:
+        data = json.loads(entry.read_text())
+        for result in data["results"].values():
+            result["findings"] = [{"code": 1}]
+        entry.write_text(json.dumps(data))
     assert run_report([project], jobs=1, cache_dir=str(cache)) == expected
-    result_file.write_text("{not json")
+    for entry in cache.glob("*/files/*/*.json"):
+        entry.write_text("{not json")
+    for entry in cache.glob("*/project/*.json"):
+        entry.write_text("[]")
     assert run_report([project], jobs=1, cache_dir=str(cache)) == expected
 
 
 def test_cli_cache_dir_and_no_cache(cli, project, tmp_path):
     default = cli("check", str(project), cwd=tmp_path)
     assert default.returncode == 1
-    assert list((tmp_path / ".dplint_cache").glob("results-*.json"))
+    assert list((tmp_path / ".dplint_cache").glob("*/files/*/*.json"))
     chosen = tmp_path / "elsewhere"
     assert cli("check", "--cache-dir", str(chosen), str(project), cwd=project).stdout == default.stdout
-    assert list(chosen.glob("results-*.json"))
+    assert list(chosen.glob("*/files/*/*.json"))
     assert not (project / ".dplint_cache").exists()
     shutil.rmtree(tmp_path / ".dplint_cache")
     assert cli("check", "--no-cache", str(project), cwd=tmp_path).stdout == default.stdout

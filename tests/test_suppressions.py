@@ -247,7 +247,7 @@ def test_file_with_only_an_unused_suppression_passes_the_prefilter(tmp_path, cli
     (tmp_path / "train.py").write_text("steps = 10  # noqa: DPL007\n")
     result = cli("check", "--no-cache", "--output-format", "concise", "train.py", cwd=tmp_path)
     assert result.stdout.decode().splitlines() == [
-        "train.py:1:13: DPL100 [*] Unused suppression `# noqa: DPL007`: nothing to suppress on this line for `DPL007`"
+        "train.py:1:13: DPL100 info [*] Unused suppression `# noqa: DPL007`: nothing to suppress on this line for `DPL007`"
     ]
     assert result.returncode == 1
     fixed = cli("fix", "train.py", cwd=tmp_path)
