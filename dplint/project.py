@@ -55,6 +55,8 @@ class Project:
         self._found: dict[tuple[str, str], Optional[str]] = {}  # (folder, dotted module) -> file
         self._resolved: dict[tuple[str, str], Optional[tuple[SemanticModel, cst.CSTNode]]] = {}
         self._reading: Optional[set[str]] = None  # files read while linting the current file
+        self._closures: dict[tuple, dict[str, str]] = {}
+        self._module_files: dict[tuple, tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------- bookkeeping
     def register(self, model: SemanticModel, raw: Optional[bytes] = None) -> None:
@@ -154,7 +156,16 @@ class Project:
     def import_closure(self, path: str, text: str, depth: int = 2, limit: int = 40) -> dict[str, str]:
         """{path: text} of what the file imports from the project, for the pre-filter: the
         source of each imported definition (not the whole module: a package's `__init__`
-        names everything), and what those definitions import in turn, `depth` levels deep."""
+        names everything), and what those definitions import in turn, `depth` levels deep.
+        Memoised per file content (the runner and the engine both ask)."""
+        key = (os.path.abspath(path), content_key(text.encode("utf-8", "surrogatepass")))
+        if key not in self._closures:
+            if len(self._closures) > 4 * MAX_MODELS:
+                self._closures.clear()
+            self._closures[key] = self._import_closure(path, text, depth, limit)
+        return self._closures[key]
+
+    def _import_closure(self, path: str, text: str, depth: int, limit: int) -> dict[str, str]:
         found: dict[str, list[str]] = {}
         seen: set = set()
         own = os.path.abspath(path)
@@ -163,7 +174,9 @@ class Project:
             following = []
             for importer, importer_text in frontier:
                 for other, name in self.imported_definitions(importer, importer_text):
-                    if (other, name) in seen or other == own or len(seen) >= limit:
+                    if len(seen) >= limit:
+                        break
+                    if (other, name) in seen or other == own:
                         continue
                     seen.add((other, name))
                     module_text = self._text(other)
@@ -176,9 +189,41 @@ class Project:
                         if not piece:
                             continue
                     found.setdefault(other, []).append(piece)
-                    following.append((other, _import_lines(module_text) + "\n" + piece))
+                    # Next level: only the imports of names this definition uses.
+                    used = set(re.findall(r"\w+", piece))
+                    imports = [line for line in _import_lines(module_text).splitlines() if used & set(re.findall(r"\w+", line))]
+                    if imports:
+                        following.append((other, "\n".join(imports) + "\n" + piece))
             frontier = following
         return {other: "\n".join(pieces) for other, pieces in found.items()}
+
+    def mentions(self, qualified_name: str, importer: SemanticModel, words: tuple[str, ...], budget: int = 4) -> bool:
+        """Whether the source of the project definition an imported name denotes holds one of
+        `words`, read as text without parsing: a rule looking for wrappers need not parse a
+        module whose function never names one. Re-exports (`from .x import name` in a package's
+        `__init__`) are followed; where the text cannot tell, the answer is True."""
+        return self._mentions(qualified_name, importer.path, words, budget)
+
+    def _mentions(self, qualified_name: str, importer_path: str, words: tuple[str, ...], budget: int) -> bool:
+        for module_file, attributes in self._candidates(qualified_name, importer_path):
+            text = self._text(module_file)
+            if text is None:
+                return True
+            if not attributes:
+                return any(word in text for word in words)
+            piece = _definition_text(text, attributes[0])
+            if piece is not None:
+                return any(word in piece for word in words)
+            for match in _FROM_IMPORT.finditer(text):
+                listed = match.group(2) if match.group(2) is not None else match.group(3)
+                names = {n.split()[-1]: n.split()[0] for n in re.split(r"[,\\\n]", listed) if n.split()}
+                if attributes[0] in names and budget > 0:
+                    module = match.group(1)
+                    original = names[attributes[0]]
+                    target = module + original if module.endswith(".") else f"{module}.{original}"
+                    return self._mentions(".".join([target, *attributes[1:]]), module_file, words, budget - 1)
+            return any(word in text for word in words)
+        return False
 
     def _text(self, path: str) -> Optional[str]:
         try:
@@ -190,13 +235,18 @@ class Project:
         self._hashes[path] = content_key(source.raw)
         return source.text
 
-    def _files_for_module(self, name: str, importer_path: str) -> Iterator[str]:
-        if not name.strip("."):
-            return
-        for module_file, attributes in self._candidates(name, importer_path):
-            if not attributes:
-                yield os.path.abspath(module_file)
-                return
+    def _files_for_module(self, name: str, importer_path: str) -> tuple[str, ...]:
+        """The file of module `name` as the importer would find it (empty: not a project module)."""
+        key = (os.path.dirname(os.path.abspath(importer_path)), name)
+        if key not in self._module_files:
+            found: tuple[str, ...] = ()
+            if name.strip("."):
+                for module_file, attributes in self._candidates(name, importer_path):
+                    if not attributes:
+                        found = (os.path.abspath(module_file),)
+                    break  # the nearest folder holding any prefix of it decides, as in Python
+            self._module_files[key] = found
+        return self._module_files[key]
 
     def hashes(self, paths) -> dict[str, str]:
         return {path: self._hashes[path] for path in paths if path in self._hashes}

@@ -44,6 +44,7 @@ from dplint.semantic import (
     SemanticModel,
     Wrapping,
     argument,
+    dotted_name,
     literal_value,
     method_call,
     peel_self_returning,
@@ -731,7 +732,7 @@ def wrapper_kind(model: SemanticModel, func: cst.BaseExpression, depth: int = 6)
     name = model.qualified_name(func)
     if name in WRAPPER_KINDS:
         return WRAPPER_KINDS[name]
-    if not isinstance(func, cst.Name) or depth <= 0:
+    if not isinstance(func, cst.Name) or depth <= 0 or not may_name_a_wrapper(model, func):
         return None
     found = _project_class(model, func.value)
     if found is None:
@@ -743,6 +744,29 @@ def wrapper_kind(model: SemanticModel, func: cst.BaseExpression, depth: int = 6)
             if kind is not None:
                 return kind
     return None
+
+
+# What the source of a class or function that is or returns a wrapper names somewhere.
+WRAPPER_WORDS = ("DataParallel", "DP(")
+
+
+def may_name_a_wrapper(model: SemanticModel, func: cst.BaseExpression) -> bool:
+    """False when `func` is imported from a project definition whose source never names a
+    wrapper (read as text, without parsing): it can neither be nor return one of its making."""
+    head = func
+    while isinstance(head, cst.Attribute):
+        head = head.value
+    project = getattr(model, "project", None)
+    if project is None or not isinstance(head, cst.Name) or head.value not in model.imports:
+        return True
+    dotted = dotted_name(func)
+    qualified = model.imports[head.value] + dotted[len(head.value):] if dotted else model.imports[head.value]
+    if qualified.startswith(("torch.", "torch")):
+        return True
+    try:
+        return project.mentions(qualified, model, WRAPPER_WORDS)
+    except Exception:
+        return True
 
 
 def _project_class(model: SemanticModel, name: str) -> Optional[tuple[SemanticModel, cst.ClassDef]]:
@@ -829,6 +853,8 @@ def _returned_wrapping(model: SemanticModel, site: CallSite, by_call: dict[cst.C
     """A call of a function (of this file or, through `model.project`, of another) that returns
     a wrapper on some path: a Wrapping at the call, its inner the argument the call passes for
     the parameter the function wraps."""
+    if not may_name_a_wrapper(model, site.node.func):
+        return None
     callee = callee_of(model, site.node)
     if callee is None or not isinstance(callee.node, cst.FunctionDef):
         return None

@@ -8,6 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
+from dplint.training import wrappings as wrappers_built
 from dplint.wrappers import WRAPPER_CLASS_NAMES, narrowed_to_wrapper, wrapper_has, wrapper_paths, wrapping_model
 
 
@@ -107,6 +108,8 @@ class AttributeThroughWrapper(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
+        if not wrappers_built(model):
+            return  # no wrapper built here or returned by a helper the file calls: nothing to follow
         stored = _assigned_attributes(model)
         for node in model.nodes():
             if not isinstance(node, cst.Attribute) or _is_store(model, node):

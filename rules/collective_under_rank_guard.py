@@ -74,7 +74,12 @@ class CollectiveUnderRankGuard(Rule):
     severity = Severity.ERROR
     summary = "a torch.distributed collective that only some ranks reach hangs every rank"
     fix_applicability = None
-    tokens = ("distributed",)
+    # A collective's name and the module it comes from; "distributed" alone is in every
+    # Apache license header.
+    tokens = tuple(
+        ("distributed", word)
+        for word in ("barrier", "all_reduce", "all_gather", "broadcast", "reduce", "gather", "scatter", "all_to_all")
+    )
 
     VALID = (
         # Every rank reaches it.

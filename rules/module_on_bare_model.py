@@ -8,6 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
+from dplint.training import wrappings as wrappers_built
 from dplint.wrappers import known_bare_paths, narrowed_to_wrapper, wrapper_paths, wrapping_model
 
 
@@ -115,6 +116,8 @@ class ModuleOnBareModel(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
+        if not wrappers_built(model):
+            return  # no wrapper built here or returned by a helper the file calls: nothing to follow
         for node in model.nodes():
             if not isinstance(node, cst.Attribute) or node.attr.value != "module" or _is_store(model, node):
                 continue

@@ -6,9 +6,9 @@ from typing import Iterator
 
 import libcst as cst
 
-from dplint.checkpoints import StateDictLoad, checkpoint_facts, name_is_read
+from dplint.checkpoints import StateDictLoad, checkpoint_facts, literal_key, name_is_read
 from dplint.rule import Applicability, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, method_call
+from dplint.semantic import SemanticModel, argument, method_call
 
 
 class StrictFalseLoad(Rule):
@@ -24,7 +24,12 @@ class StrictFalseLoad(Rule):
     function, uses both the state dict and the model's `state_dict()` (`missing =
     set(model.state_dict()) - set(sd)`, a log of the keys not in the model), or a loop that
     fills the state dict looks the model's keys up (`meta = model.state_dict()` ... `for name,
-    t in full.items(): sd[name] = shard(t, meta.get(name))`). Silent too when
+    t in full.items(): sd[name] = shard(t, meta.get(name))`), or a helper named for keys gets
+    the model and the dict first (`check_keys(model, sd)`). A check of a few listed keys (`for k
+    in ["head.weight"]: ...`) is not a comparison. Silent for a module's live `state_dict()`
+    (`teacher.load_state_dict(student.state_dict(), strict=False)`) and for published weights
+    from a fixed URL (`load_url(model_urls["resnet50"])`, a literal URL), whose keys are known;
+    a URL the user passes is not fixed. Silent too when
     `strict` is not literally False.
 
     ## Why is this bad?
@@ -123,11 +128,14 @@ def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
     own_names = _own_state_dict_names(model, load)
     if _mentions_own_state_dict(model, load.argument, load.target, own_names):
         return True
+    if _from_fixed_published_weights(model, load.argument, load.call) or _live_state_dict(model, load.argument, load.call):
+        return True
     roots = _root_names(model, load.argument, load.call)
     if not roots:
         return False
     scope = model.scope(load.call)
     position = model.order(load.call)
+    target = model.code(load.target)
     for root in roots:
         if root in own_names:
             return True  # `own = model.state_dict(); own.update(pretrained); model.load_state_dict(own, ...)`
@@ -135,11 +143,82 @@ def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
             if order >= position or node_scope is not scope:
                 continue
             # The statement, or a loop around it (`for name, t in full.items(): own_meta =
-            # meta_sd.get(name); sd[name] = ...`), compares with the model's keys.
+            # meta_sd.get(name); sd[name] = ...`), compares the keys with the model's.
             for checked in (model.statement_of(node), *_loops_around(model, node, load.call)):
-                if _mentions_own_state_dict(model, checked, load.target, own_names):
+                if _compares_keys(model, checked, load.target, own_names):
                     return True
+            call = model.parent(model.parent(node))
+            if isinstance(call, cst.Call) and _is_key_check(model, call, target):
+                return True  # `check_keys(model, pretrained)` right before the load
     return False
+
+
+# Downloads of published weights: a fixed URL has fixed, known keys (`load_url(model_urls["resnet50"])`).
+WEIGHT_DOWNLOADS = {"torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url"}
+
+
+def _from_fixed_published_weights(model: SemanticModel, expr, at) -> bool:
+    value = model.value_at(expr, at)
+    if not isinstance(value, cst.Call):
+        return False
+    name = model.qualified_name(value.func) or ""
+    if name not in WEIGHT_DOWNLOADS and not name.endswith(".load_url") and not (
+        isinstance(value.func, cst.Name) and value.func.value in ("load_url", "load_state_dict_from_url")
+    ):
+        return False
+    url = argument(value, 0, "url")
+    if isinstance(url, (cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    # `model_urls["resnet50"]`: a literal key into a table of the file
+    return isinstance(url, cst.Subscript) and isinstance(url.value, cst.Name) and literal_key(url) is not None
+
+
+def _live_state_dict(model: SemanticModel, expr, at) -> bool:
+    """`teacher.load_state_dict(student.module.state_dict(), strict=False)`: a module's own
+    state dict in this process, not a checkpoint."""
+    value = model.value_at(expr, at)
+    method = method_call(value) if isinstance(value, cst.Call) else None
+    return method is not None and method[1] == "state_dict"
+
+
+def _compares_keys(model: SemanticModel, node: cst.CSTNode, target: cst.BaseExpression, own_names: set[str]) -> bool:
+    """A key comparison with the model's state dict: `set(own) - set(sd)`, a comprehension or
+    loop over one testing `in`/`not in` the other, or a loop over a dict looking each key up in
+    the model's (`meta.get(name)`). A loop over a literal list of a few keys is not one."""
+    if not _mentions_own_state_dict(model, node, target, own_names):
+        return False
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, cst.Subtract):
+            return True
+        if isinstance(current, (cst.For, cst.CompFor)) and not isinstance(current.iter, (cst.List, cst.Tuple, cst.Set)):
+            if _has_membership_or_lookup(current, model, target, own_names):
+                return True
+        stack.extend(current.children)
+    return False
+
+
+def _has_membership_or_lookup(loop, model, target, own_names) -> bool:
+    owner = model.parent(loop) if isinstance(loop, cst.CompFor) else loop
+    stack = [owner]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Comparison) and any(isinstance(t.operator, (cst.In, cst.NotIn)) for t in current.comparisons):
+            return True
+        if isinstance(current, cst.Call):
+            method = method_call(current)
+            if method is not None and method[1] == "get" and _mentions_own_state_dict(model, method[0], target, own_names):
+                return True
+        stack.extend(current.children)
+    return False
+
+
+def _is_key_check(model: SemanticModel, call: cst.Call, target: str) -> bool:
+    """`check_keys(model, state_dict)`: a helper named for keys, given the model too."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    return "key" in str(name).lower() and any(model.code(arg.value) == target for arg in call.args)
 
 
 def _loops_around(model: SemanticModel, node: cst.CSTNode, load: cst.Call) -> list[cst.CSTNode]:

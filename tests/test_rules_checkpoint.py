@@ -331,10 +331,28 @@ def test_strict_false_load_silent_for_a_dict_built_from_the_model():
         "    model.load_state_dict({k: v for k, v in pretrained.items() if k in model.state_dict()}, strict=False)\n"
     )
     assert found(code, ["DPL005"]) == []
-    # Another model's keys prove nothing about this one.
+    # Another model's keys prove nothing about this one (line 7); another live module's own
+    # state dict (line 6, `teacher.state_dict()` updated) is no checkpoint: silent.
     other = code.replace("own = model.state_dict()", "own = teacher.state_dict()").replace(
         "if k in model.state_dict()", "if k in teacher.state_dict()")
-    assert found(other, ["DPL005"]) == [(6, 5, "DPL005", "warning"), (7, 5, "DPL005", "warning")]
+    assert found(other, ["DPL005"]) == [(7, 5, "DPL005", "warning")]
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("net.load_state_dict(load_url(model_urls['resnet50']), strict=False)\n", []),
+        ("net.load_state_dict(torch.hub.load_state_dict_from_url('https://x/r50.pth'), strict=False)\n", []),
+        ("net.load_state_dict(torch.hub.load_state_dict_from_url(args.finetune), strict=False)\n", [(5, 1)]),
+        ("net.load_state_dict(student.module.state_dict(), strict=False)\n", []),
+        ("check_keys(net, sd)\nnet.load_state_dict(sd, strict=False)\n", []),
+        ("own = net.state_dict()\nfor k in ['head.weight', 'head.bias']:\n    if k in sd and sd[k].shape != own[k].shape:\n"
+         "        del sd[k]\nnet.load_state_dict(sd, strict=False)\n", [(9, 1)]),
+    ],
+)
+def test_strict_false_load_known_keys_and_partial_checks(line, expected):
+    code = "import torch\nfrom torch.utils.model_zoo import load_url\nsd = torch.load('a.pt')\nmodel_urls = {}\n" + line
+    assert [(row, column) for row, column, _, _ in found(code, ["DPL005"])] == expected
 
 
 def test_strict_false_load_silent_when_a_loop_fills_the_dict_from_the_model_keys():
