@@ -388,12 +388,42 @@ class Flow:
                 return Condition(text, holds, id(use_scope.class_scope.node))
             owner = self.model.owner_scope(root.value, use_scope)
             scope = id(owner.node) if owner is not None and owner.kind == "function" else 0
+            passed = self._caller_argument(owner, root.value) if owner is not None else None
+            if passed is not None and text.startswith(root.value):
+                # `def train(args): if args.distributed:` with the only call `train(args)` in
+                # `main`: the same test as `main`'s own `if args.distributed:`.
+                argument_name, caller_scope = passed
+                return Condition(argument_name + text[len(root.value):], holds, caller_scope)
             stored_as = self._stored_on_instance(owner, root.value) if owner is not None else None
             if stored_as is not None and text.startswith(root.value):
                 # `self.args = args` in this method: `args.distributed` is `self.args.distributed`.
                 class_node, attribute = stored_as
                 return Condition("self." + attribute + text[len(root.value):], holds, id(class_node))
         return Condition(text, holds, scope)
+
+    def _caller_argument(self, owner: "Scope", name: str, depth: int = 3) -> Optional[tuple]:
+        """(name, scope id) of what the only call of function `owner` passes for its parameter
+        `name`, when that is a plain name (followed through further single callers)."""
+        function = owner.node
+        if depth <= 0 or owner.kind != "function" or not isinstance(function, cst.FunctionDef):
+            return None
+        params = function.params
+        if name not in {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}:
+            return None
+        sites = self.call_sites(function)
+        if not sites or len(sites) != 1:
+            return None
+        call, bound = sites[0]
+        passed = self.parameter_argument(call, function, name, bound)
+        if not isinstance(passed, cst.Name):
+            return None
+        caller = self.model.owner_scope(passed.value, self.model.scope(call))
+        if caller is None:
+            return None
+        further = self._caller_argument(caller, passed.value, depth - 1)
+        if further is not None:
+            return further
+        return passed.value, id(caller.node) if caller.kind == "function" else 0
 
     def _stored_on_instance(self, owner: "Scope", name: str) -> Optional[tuple]:
         """(class, attribute) when method `owner` stores its local `name` as `self.attribute`."""

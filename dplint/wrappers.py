@@ -186,6 +186,13 @@ def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str)
             if found is not None:
                 return found != negate if isinstance(test.operator, cst.And) else None
         return None
+    if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Call):
+        # `type(m) is DDP`, `type(m) in (DP, DDP)`
+        operator = test.comparisons[0].operator if len(test.comparisons) == 1 else None
+        found = _checks_wrapper(model, test.left, target)
+        if found is None or not isinstance(operator, (cst.Is, cst.In, cst.Equal, cst.IsNot, cst.NotIn, cst.NotEqual)):
+            return None
+        return found != negate if isinstance(operator, (cst.Is, cst.In, cst.Equal)) else found == negate
     if not isinstance(test, cst.Call) or not test.args:
         return None
     function = model.code(test.func)
