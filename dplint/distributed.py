@@ -59,7 +59,7 @@ SPAWNERS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processe
 EXITS = {"sys.exit", "exit", "quit", "os._exit"}
 
 RANK_WORDS = re.compile(
-    r"rank|master|main_?process|is_main|global_zero|process_zero|is_primary|is_chief",
+    r"rank|master|main_?process|is_main|global_zero|process_zero|is_primary|is_chief|is_root|root_worker",
     re.IGNORECASE,
 )
 # The index of a machine, not of a process: `node_rank == 0` (or `args.nr == 0`) is true for

@@ -12,6 +12,7 @@ wrapper's own parameters, buffers and sub-modules (just `module`), so it raises
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional
 
 import libcst as cst
@@ -68,6 +69,17 @@ def feasible(path: Iterable) -> bool:
     return True
 
 
+_WRAPPER_CHECK = re.compile(
+    r"^(hasattr\(.+,['\"]module['\"]\)|isinstance\(.+,.*(DataParallel|DDP|DP)\b.*\)|type\(.+\)(is|==|in).*(DataParallel|DDP|DP)\b.*)$"
+)
+
+
+def _excluded_by_a_check(path, wrapped: bool) -> bool:
+    """A path that tested the object itself (`m.module if hasattr(m, "module") else m`): a
+    wrapper cannot be where the check failed, nor a bare model where it held."""
+    return any(_WRAPPER_CHECK.match(c.test) and c.holds != wrapped for c in path)
+
+
 def wrapper_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> tuple[list[Wrapping], int, int]:
     """(wrappings `expr` may hold at `at`, paths where it is a wrapper, paths where it is not).
 
@@ -76,7 +88,7 @@ def wrapper_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNod
     third: callers that need certainty check `unknown_paths` themselves."""
     wrapped, bare, found = 0, 0, []
     for wrapping, path in model.flow.wrappings_at(expr, at):
-        if not feasible((*path, *conditions_at(model, at))):
+        if not feasible((*path, *conditions_at(model, at))) or _excluded_by_a_check(path, wrapping is not None):
             continue
         if wrapping is None:
             bare += 1
@@ -105,7 +117,7 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
                 inner_bindings.add(id(value.binding))
     count = 0
     for value in model.flow.values_at(expr, at):
-        if not feasible((*value.conditions, *conditions_at(model, at))):
+        if not feasible((*value.conditions, *conditions_at(model, at))) or _excluded_by_a_check(value.conditions, False):
             continue
         if value.known and any(w.call is value.expr for w in value.model.wrappings):
             continue
@@ -172,6 +184,11 @@ def narrowed_to_wrapper(model: SemanticModel, name_expr: cst.BaseExpression, nod
             checks = _checks_wrapper(model, ancestor.test, target)
             if checks is not None:
                 return checks if child is ancestor.body else not checks
+        if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            # `hasattr(m, "features") and m.features`: the right side runs only if the check held
+            checks = _checks_wrapper(model, ancestor.left, target)
+            if checks is not None:
+                return checks if isinstance(ancestor.operator, cst.And) else not checks
         child = ancestor
     return None
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
 
-from dplint.distributed import enclosing_function, is_rank_guarded
+from dplint.distributed import enclosing_function, is_rank_guarded, mentions_rank
 from dplint.rule import Example, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 
@@ -43,7 +44,9 @@ class CollectiveUnderRankGuard(Rule):
     Silent when the same function (or module body) calls the same collective more than once:
     that is the "first rank goes ahead" pattern (`if local_rank not in (-1, 0): barrier()` ...
     `if local_rank == 0: barrier()`), or one call per branch of the guard, where every rank
-    does reach one of them. A DDP forward/backward under a rank guard is not judged here.
+    does reach one of them. Silent too under tests every rank answers alike: whether the
+    job is distributed (`local_rank != -1`), its world size, whether the group is initialised.
+    A DDP forward/backward under a rank guard is not judged here.
 
     ## Why is this bad?
     A collective returns only when every rank of the process group has entered it. The ranks
@@ -94,6 +97,10 @@ class CollectiveUnderRankGuard(Rule):
         "dataset = load(args)\n"
         "if args.local_rank == 0:\n"
         "    dist.barrier()\n",
+        # A test every rank answers alike: is this a distributed run at all?
+        "import torch.distributed as dist\n"
+        "if args.local_rank != -1:\n"
+        "    dist.all_reduce(loss)\n",
         # One call per branch.
         "import torch.distributed as dist\n"
         "if rank == 0:\n"
@@ -144,10 +151,43 @@ class CollectiveUnderRankGuard(Rule):
 def only_some_ranks_reach(model: SemanticModel, node: cst.CSTNode, depth: int = 4) -> bool:
     """Under a rank guard in its own function, or in a function of this file whose every
     call (there is at least one, and it cannot be called from elsewhere) is."""
-    if is_rank_guarded(model, node):
+    if is_rank_guarded(model, node) and not _only_uniform_tests(model, node):
         return True
     function = enclosing_function(model, node)
     if depth <= 0 or not isinstance(function, cst.FunctionDef):
         return False
     sites = model.flow.call_sites(function)
     return bool(sites) and all(only_some_ranks_reach(model, call, depth - 1) for call, _ in sites)
+
+
+# Tests that every rank of one job answers alike: whether the job is distributed at all
+# (`rank != -1`, `local_rank == -1`), its size, whether a group exists or contains this rank.
+_UNIFORM = re.compile(r"(!=|==|>=|>|<)\s*-1\b|world_size|get_world_size|is_initialized|is_available|not_in_group|distributed\b(?!_)")
+
+
+def _only_uniform_tests(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """Whether every rank test guarding `node` in its function is the same on every rank."""
+    tests = []
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            tests.append(ancestor.test)
+        if isinstance(ancestor, cst.IndentedBlock):
+            for statement in ancestor.body:
+                if statement is child:
+                    break
+                if isinstance(statement, cst.If) and _exits(statement):
+                    tests.append(statement.test)
+        child = ancestor
+    rank_tests = [model.code(t) for t in tests if mentions_rank(model, t)]
+    return bool(rank_tests) and all(_UNIFORM.search(text) and not re.search(r"[=<>]\s*0\b|\b0\s*[,)\]]", text) for text in rank_tests)
+
+
+def _exits(statement: cst.If) -> bool:
+    body = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else ()
+    return any(
+        isinstance(small, (cst.Return, cst.Raise))
+        for line in body if isinstance(line, cst.SimpleStatementLine) for small in line.body
+    )

@@ -25,7 +25,8 @@ class StrictFalseLoad(Rule):
     set(model.state_dict()) - set(sd)`, a log of the keys not in the model), or a loop that
     fills the state dict looks the model's keys up (`meta = model.state_dict()` ... `for name,
     t in full.items(): sd[name] = shard(t, meta.get(name))`), or a helper named for keys gets
-    the model and the dict first (`check_keys(model, sd)`). A check of a few listed keys (`for k
+    the model and the dict first (`check_keys(model, sd)`), or a helper gets the dict and the
+    model's own state dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
     in ["head.weight"]: ...`) is not a comparison. Silent for a module's live `state_dict()`
     (`teacher.load_state_dict(student.state_dict(), strict=False)`) and for published weights
     from a fixed URL (`load_url(model_urls["resnet50"])`, a literal URL), whose keys are known;
@@ -150,6 +151,8 @@ def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
             call = model.parent(model.parent(node))
             if isinstance(call, cst.Call) and _is_key_check(model, call, target):
                 return True  # `check_keys(model, pretrained)` right before the load
+            if isinstance(call, cst.Call) and any(_is_own_state_dict(model, arg.value, load.target) for arg in call.args):
+                return True  # `sd = intersect_dicts(sd, model.state_dict())`: filtered by the model's keys
     return False
 
 

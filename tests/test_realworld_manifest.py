@@ -13,7 +13,7 @@ from conftest import ROOT
 from dplint.registry import rule_catalog
 
 REALWORLD = ROOT / "tests" / "realworld"
-MANIFESTS = [p for p in (REALWORLD / "cases.jsonl", REALWORLD / "cases-b.jsonl") if p.exists()]
+MANIFESTS = [REALWORLD / "cases.jsonl"]
 FIELDS = {"repo": str, "commit": str, "path": str, "rule": str, "expect": str,
           "lines": list, "note": str, "ambiguous": bool}
 # Rules that can be judged on real code (unused-suppression is about dplint's own comments).

@@ -254,6 +254,7 @@ class TestUnguardedRankSave:
             "if comm.is_main_process():\n    " + SAVE,
             "if utils.get_rank() == 0:\n    " + SAVE,
             "if self.global_rank == 0:\n    " + SAVE,
+            "def save_model():\n    if not backend.is_root_worker():\n        return\n    " + SAVE + "\nsave_model()",
         ],
     )
     def test_guards_held_in_names_and_attributes(self, guarded):

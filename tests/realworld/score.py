@@ -31,7 +31,7 @@ from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_MANIFESTS = [HERE / "cases.jsonl", HERE / "cases-b.jsonl"]
+DEFAULT_MANIFESTS = [HERE / "cases.jsonl"]
 LINE_SLACK = 2
 
 
@@ -145,7 +145,7 @@ def main(argv=None):
     parser.add_argument("--checkouts", required=True, type=Path)
     parser.add_argument("--dplint", default="dplint", help="command that runs dplint")
     parser.add_argument("--manifest", action="append", type=Path,
-                        help="manifest file(s); default cases.jsonl and cases-b.jsonl")
+                        help="manifest file(s); default cases.jsonl")
     parser.add_argument("--list-unjudged", action="store_true",
                         help="only list findings that no row judges, as path:line rule message")
     parser.add_argument("--quiet", action="store_true", help="no per-case lists")
