@@ -43,14 +43,17 @@ class HandRolledStrip(Rule):
 
     - `k.lstrip("module.")` (error);
     - `k[7:]` / `k[len("module."):]` without a `k.startswith("module")` guard (warning, only
-      when the loop's mapping is known to be a state dict), and with one (info);
-    - `k.replace("module.", "")` (warning; info when guarded and limited to one replacement);
+      when the loop's mapping is known to be a state dict);
+    - `k.replace("module.", "")` (warning, unless guarded and limited to one replacement);
     - `k.split("module.", 1)[1]`, `k.split("module.")[-1]`, `k.partition("module.")[2]`
-      (warning; info when guarded);
+      without a guard (warning);
     - dropping the first dotted component (`".".join(k.split(".")[1:])`, `k.split(".", 1)[1]`,
-      `k.partition(".")[2]`) under a per-key `k.startswith("module")` guard (info), or after
-      a test of only one key (`start = 1 if next(iter(sd)).startswith("module") else 0`, or an
-      `if list(sd)[0].startswith("module."):` around the loop) (warning).
+      `k.partition(".")[2]`) after a test of only one key (`start = 1 if
+      next(iter(sd)).startswith("module") else 0`, or an `if list(sd)[0].startswith("module."):`
+      around the loop) (warning).
+
+    A strip under a per-key `k.startswith("module")` guard is correct (it removes exactly the
+    prefix, only where it is present) and is not flagged.
 
     The prefix may be a literal, a name bound to one, or a parameter that every call of its
     function in this file passes `"module."` for. Silent for other prefixes (`_orig_mod.` from
@@ -101,6 +104,10 @@ class HandRolledStrip(Rule):
     tokens = ('"module', "'module", ("[7:]", "state_dict"), ("[7:]", "load"))
 
     VALID = (
+        # Guarded per key: strips exactly the prefix, only where it is present.
+        "import torch\n"
+        'sd = torch.load("dp.pt", map_location="cpu")\n'
+        'sd = {(k.split("module.", 1)[1] if k.startswith("module.") else k): v for k, v in sd.items()}\n',
         # torch.compile's prefix, handled on purpose.
         "import torch\n"
         'sd = torch.load("compiled.pt")\n'
@@ -158,24 +165,7 @@ class HandRolledStrip(Rule):
                 "    model.load_state_dict(weights)\n"
             ),
         ),
-        Example(
-            "import torch\n"
-            "\n"
-            "def read(path):\n"
-            '    sd = torch.load(path, map_location="cpu")\n'
-            '    sd = {(k.split("module.", 1)[1] if k.startswith("module.") else k): v for k, v in sd.items()}\n'
-            "    return sd\n",
-            expected=(
-                "import torch\n"
-                "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
-                "\n"
-                "def read(path):\n"
-                '    sd = torch.load(path, map_location="cpu")\n'
-                '    consume_prefix_in_state_dict_if_present(sd, "module.")\n'
-                "    return sd\n"
-            ),
-        ),
-        # A first-key check, and an in-place rename over a copy of the keys (no fix for loops).
+        # A first-key check (the guarded in-place rename after it is correct, and silent).
         Example(
             "import torch\n"
             'sd = torch.load("dp.pt")\n'
@@ -195,7 +185,6 @@ class HandRolledStrip(Rule):
                 '    if k.startswith("module."):\n'
                 '        sd[k[len("module."):]] = sd.pop(k)\n'
             ),
-            count=2,
         ),
         # The classic snippet: a loop, guarded or not. No fix for loops.
         Example(
@@ -209,7 +198,6 @@ class HandRolledStrip(Rule):
             "for k in ckpt['state_dict']:\n"
             "    if k.startswith('module.'):\n"
             "        clean[k[7:]] = ckpt['state_dict'][k]\n",
-            count=2,
         ),
     )
 
@@ -233,8 +221,7 @@ class HandRolledStrip(Rule):
                 if guards and not guarded:
                     continue  # another prefix of the same length, stripped on purpose
                 if guarded:
-                    severity = Severity.INFO
-                    message = _guarded_message(code)
+                    continue  # guarded by `startswith("module")`: strips only the prefix, correctly
                 elif holds_state_dict(model, loop.source, loop.node):
                     severity = Severity.WARNING
                     message = (
@@ -248,8 +235,7 @@ class HandRolledStrip(Rule):
                 if guards and not guarded:
                     continue
                 if guarded:
-                    severity = Severity.INFO
-                    message = _guarded_message(code)
+                    continue  # guarded by `startswith("module")`: strips only the prefix, correctly
                 else:
                     severity = Severity.WARNING
                     message = (
@@ -259,8 +245,7 @@ class HandRolledStrip(Rule):
                     )
             elif kind == "first":
                 if guarded:
-                    severity = Severity.INFO
-                    message = _guarded_message(code)
+                    continue  # guarded by `startswith("module")`: strips only the prefix, correctly
                 elif _first_key_test(model, node, loop):
                     severity = Severity.WARNING
                     message = (
@@ -272,8 +257,7 @@ class HandRolledStrip(Rule):
                     continue  # another prefix (`backbone.`): nothing says it is the wrapper's
             else:
                 if guarded and _replaces_once(node):
-                    severity = Severity.INFO
-                    message = _guarded_message(code)
+                    continue  # `k.replace("module.", "", 1)` under a prefix guard: correct
                 else:
                     severity = Severity.WARNING
                     message = (
