@@ -79,9 +79,10 @@ class CollectiveUnderRankGuard(Rule):
     fix_applicability = None
     # A collective's name and the module it comes from; "distributed" alone is in every
     # Apache license header.
-    tokens = tuple(
-        ("distributed", word)
-        for word in ("barrier", "all_reduce", "all_gather", "broadcast", "reduce", "gather", "scatter", "all_to_all")
+    tokens = (
+        ("distributed", "barrier"), ("distributed", "all_reduce"), ("distributed", "all_gather"),
+        ("distributed", "broadcast"), ("distributed", "reduce"), ("distributed", "gather"),
+        ("distributed", "scatter"), ("distributed", "all_to_all"),
     )
 
     VALID = (

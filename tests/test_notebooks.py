@@ -12,7 +12,7 @@ from conftest import FIXTURES
 
 NOTEBOOKS = FIXTURES / "notebooks"
 BAD = "bad_sampler_across_cells.ipynb"
-FINDING = "cell 5:2:44: DPL007 [*] DataLoader gets a sampler and a true `shuffle`"
+FINDING = "cell 5:2:44: DPL007 error [*] DataLoader gets a sampler and a true `shuffle`"
 
 
 @pytest.fixture
@@ -32,10 +32,10 @@ def test_folder_walk_reports_cells_and_bad_notebooks_and_goes_on(cli, folder):
     lines = _out(result).splitlines()
     assert lines[0].startswith(f"{BAD}:{FINDING}")
     assert lines[1:4] == [
-        "broken_json.ipynb:1:1: DPL000 cannot read notebook: invalid JSON (Expecting ',' delimiter at line 6, column 1)",
-        "nbformat3.ipynb:1:1: DPL000 cannot read notebook: nbformat 3 is not supported"
+        "broken_json.ipynb:1:1: DPL000 error cannot read notebook: invalid JSON (Expecting ',' delimiter at line 6, column 1)",
+        "nbformat3.ipynb:1:1: DPL000 error cannot read notebook: nbformat 3 is not supported"
         " (dplint reads nbformat 4; convert with `jupyter nbconvert --to notebook --nbformat 4`)",
-        "no_cells.ipynb:1:1: DPL000 cannot read notebook: it has no list of cells",
+        "no_cells.ipynb:1:1: DPL000 error cannot read notebook: it has no list of cells",
     ]
     # magics, shell escapes, non-Python cell magics, an R notebook and a suppression: silent
     assert "ok_magics" not in _out(result) and "r_kernel" not in _out(result) and "suppressed" not in _out(result)
@@ -203,7 +203,7 @@ def test_cross_file_finding_inside_a_notebook_names_its_cell(cli, tmp_path):
     (tmp_path / "evaluate.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
     for extra in ((), ("--cache-dir", str(tmp_path / "cache")), ("--cache-dir", str(tmp_path / "cache"))):
         result = cli("check", "--select", "strip-module", *(extra or ("--no-cache",)), ".", cwd=tmp_path)
-        assert _out(result).startswith("evaluate.ipynb:cell 3:3:1: DPL004 `model` is a bare model"), _out(result)
+        assert _out(result).startswith("evaluate.ipynb:cell 3:3:1: DPL004 error `model` is a bare model"), _out(result)
 
 
 def test_fix_keeps_a_compact_one_line_notebook_compact(tmp_path):

@@ -346,7 +346,7 @@ def test_a_file_deleted_while_being_fixed(monkeypatch, tmp_path):
     (tmp_path / "train.py").write_text(MISUSE)
     real_process_text = runner.process_text
 
-    def delete_meanwhile(text, path, settings, fix_options):
+    def delete_meanwhile(text, path, settings, fix_options, *project):
         result = real_process_text(text, path, settings, fix_options)
         os.unlink(path)
         return result
@@ -364,7 +364,7 @@ def test_a_crashing_analysis_costs_one_file_in_fix_mode(monkeypatch, tmp_path):
     (tmp_path / "b.py").write_text(MISUSE)
     real_process_text = runner.process_text
 
-    def crash_on_a(text, path, settings, fix_options):
+    def crash_on_a(text, path, settings, fix_options, *project):
         if path.endswith("a.py"):
             raise KeyError("boom")
         return real_process_text(text, path, settings, fix_options)
