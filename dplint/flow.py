@@ -976,6 +976,10 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
             continue
         if isinstance(parent, cst.Attribute) and parent.attr is node and owner_class is None:
             continue  # `obj.name`: another object's attribute
+        if isinstance(parent, cst.Arg) and parent.keyword is node:
+            continue  # `MNIST(root, train=True)`: a keyword argument's name, not the function
+        if isinstance(parent, (cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias, cst.AsName)) and node is not target.name:
+            continue  # a parameter or another definition of the same spelling elsewhere
         return True
     return False
 
