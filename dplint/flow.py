@@ -388,17 +388,17 @@ class Flow:
                 return Condition(text, holds, id(use_scope.class_scope.node))
             owner = self.model.owner_scope(root.value, use_scope)
             scope = id(owner.node) if owner is not None and owner.kind == "function" else 0
+            stored_as = self._stored_on_instance(owner, root.value) if owner is not None else None
+            if stored_as is not None and text.startswith(root.value):
+                # `self.args = args` in this method: `args.distributed` is `self.args.distributed`.
+                class_node, attribute = stored_as
+                return Condition("self." + attribute + text[len(root.value):], holds, id(class_node))
             passed = self._caller_argument(owner, root.value) if owner is not None else None
             if passed is not None and text.startswith(root.value):
                 # `def train(args): if args.distributed:` with the only call `train(args)` in
                 # `main`: the same test as `main`'s own `if args.distributed:`.
                 argument_name, caller_scope = passed
                 return Condition(argument_name + text[len(root.value):], holds, caller_scope)
-            stored_as = self._stored_on_instance(owner, root.value) if owner is not None else None
-            if stored_as is not None and text.startswith(root.value):
-                # `self.args = args` in this method: `args.distributed` is `self.args.distributed`.
-                class_node, attribute = stored_as
-                return Condition("self." + attribute + text[len(root.value):], holds, id(class_node))
         return Condition(text, holds, scope)
 
     def _caller_argument(self, owner: "Scope", name: str, depth: int = 3) -> Optional[tuple]:
@@ -826,6 +826,13 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
 
     if isinstance(test, cst.Name) and test.value in ("True", "False"):
         return test.value == "True"
+    if isinstance(test, cst.Name):
+        # A constant: a name the file binds once, to a literal (`use_cuda = True`).
+        bindings = model.bindings.get(test.value, ())
+        if len(bindings) == 1 and bindings[0].value is not None and isinstance(bindings[0].node, cst.Assign):
+            test = bindings[0].value
+        else:
+            return None
     try:
         return bool(literal_value(test))
     except ValueError:

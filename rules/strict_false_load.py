@@ -30,7 +30,9 @@ class StrictFalseLoad(Rule):
     in ["head.weight"]: ...`) is not a comparison. Silent for a module's live `state_dict()`
     (`teacher.load_state_dict(student.state_dict(), strict=False)`) and for published weights
     from a fixed URL (`load_url(model_urls["resnet50"])`, a literal URL), whose keys are known;
-    a URL the user passes is not fixed. Silent too when
+    a URL the user passes is not fixed. Silent in a model factory's pretrained branch (under
+    an `if pretrained:` test, or in a function with a `pretrained` parameter): loading
+    published weights without their head is what `strict=False` is for there. Silent too when
     `strict` is not literally False.
 
     ## Why is this bad?
@@ -104,6 +106,8 @@ class StrictFalseLoad(Rule):
         for load in checkpoint_facts(model).loads:
             if not load.strict_false or not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
                 continue
+            if _pretrained_initialisation(model, load.call):
+                continue
             yield Violation(
                 node=load.call,
                 message=(
@@ -117,6 +121,21 @@ class StrictFalseLoad(Rule):
                     "`result.missing_keys` and `result.unexpected_keys`",
                 ),
             )
+
+
+def _pretrained_initialisation(model: SemanticModel, call: cst.Call) -> bool:
+    """A model factory loading published pretrained weights on purpose: the load sits under an
+    `if pretrained:` test, or in a function with a `pretrained` parameter (`resnet50(pretrained=
+    True)` style). Non-strict there is deliberate (the classifier head differs), and the weights
+    are a fixed file, not a checkpoint a DataParallel/DDP run wrote."""
+    for ancestor in model.ancestors(call):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and "pretrain" in model.code(ancestor.test).lower():
+            return True
+        if isinstance(ancestor, cst.FunctionDef):
+            params = ancestor.params
+            names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+            return any("pretrain" in name.lower() for name in names)
+    return False
 
 
 def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
