@@ -14,8 +14,8 @@ def install(context) -> None:
         return
     import torch
 
-    if not torch.cuda.is_available():
-        return
+    # No CUDA query here: asking `is_available()` before the script runs would initialise CUDA
+    # early (and hide a late CUDA_VISIBLE_DEVICES, DPL009). Without CUDA `.cuda()` raises anyway.
     recorder = context.recorder
     original = torch.Tensor.cuda
 

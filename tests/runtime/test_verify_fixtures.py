@@ -67,7 +67,7 @@ EXPECTED = [
      ["Net.load_state_dict loaded all 4 keys"]),
     # Every misuse in one DDP script: one run shows them all (verify goes past the errors).
     ("all_misuses", "DPL009", 'os.environ["CUDA_VISIBLE_DEVICES"]', "needs-gpu",
-     ["ran before CUDA_VISIBLE_DEVICES='0' was written (line 51)"], []),
+     ["torch.cuda.is_available() (line 49) ran before CUDA_VISIBLE_DEVICES='0' was written (line 51)"], []),
     ("all_misuses", "DPL008", "DistributedSampler(train_set", "confirmed", ["every epoch repeats one order"],
      ["epoch 2 started in a new order"]),
     ("all_misuses", "DPL007", "shuffle=True, sampler", "confirmed",
