@@ -12,10 +12,15 @@ NAME = "missing-set-device"
 def install(context) -> None:
     if not context.once("bare-cuda-device"):
         return
+    import glob
+
+    # Only where two GPUs or more can exist, and without a CUDA query: asking `is_available()`
+    # before the script runs would initialise CUDA early (and hide a late CUDA_VISIBLE_DEVICES,
+    # DPL009); patching `.cuda()` on a CPU machine would only get in `--cpu-remap`'s way.
+    if len(glob.glob("/dev/nvidia[0-9]*")) < 2:
+        return
     import torch
 
-    # No CUDA query here: asking `is_available()` before the script runs would initialise CUDA
-    # early (and hide a late CUDA_VISIBLE_DEVICES, DPL009). Without CUDA `.cuda()` raises anyway.
     recorder = context.recorder
     original = torch.Tensor.cuda
 
