@@ -61,7 +61,7 @@ SLOW_TESTS = os.environ.get("DPLINT_SLOW_TESTS", "") not in ("", "0")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `slow` run only with DPLINT_SLOW_TESTS=1 (CI sets it), so that the README's
+    """Tests marked `slow` run only with DPLINT_SLOW_TESTS=1 (CI runs the default set), so that the README's
     test command stays short on a developer's machine. They are deselected, not skipped, so that
     session-wide work planned from the collected tests (tests/runtime: the verify runs) leaves
     them out too."""
