@@ -219,3 +219,11 @@ def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str)
     if function in ("hasattr", "isinstance", "type"):
         return not negate
     return None
+
+
+def is_store(model: SemanticModel, node: cst.Attribute) -> bool:
+    """`m.x = ...`, `m.x += ...`, `del m.x`: the attribute is written, not read."""
+    parent = model.parent(node)
+    if isinstance(parent, (cst.AssignTarget, cst.Del)):
+        return True
+    return isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is node

@@ -9,7 +9,8 @@ import libcst as cst
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 from dplint.training import wrappings as wrappers_built
-from dplint.wrappers import WRAPPER_CLASS_NAMES, narrowed_to_wrapper, wrapper_has, wrapper_paths, wrapping_model
+from dplint.project import owns
+from dplint.wrappers import WRAPPER_CLASS_NAMES, is_store, narrowed_to_wrapper, wrapper_has, wrapper_paths, wrapping_model
 
 
 class AttributeThroughWrapper(Rule):
@@ -112,7 +113,7 @@ class AttributeThroughWrapper(Rule):
             return  # no wrapper built here or returned by a helper the file calls: nothing to follow
         stored = _assigned_attributes(model)
         for node in model.nodes():
-            if not isinstance(node, cst.Attribute) or _is_store(model, node):
+            if not isinstance(node, cst.Attribute) or is_store(model, node):
                 continue
             attribute = node.attr.value
             if attribute.startswith("_") or (wrapper_has("DP", attribute) and wrapper_has("DDP", attribute)):
@@ -130,7 +131,7 @@ class AttributeThroughWrapper(Rule):
                 # factory): the caller's configuration usually settles it; say nothing.
                 continue
             kind = WRAPPER_CLASS_NAMES[wrappings[0].kind]
-            line = model.position(wrappings[0].call)[0].line if wrappings[0].scope is not None and _owns(model, wrappings[0].call) else None
+            line = model.position(wrappings[0].call)[0].line if wrappings[0].scope is not None and owns(model, wrappings[0].call) else None
             where = "" if bare == 0 else f" on the path where it is wrapped{f' (line {line})' if line else ''}"
             target = model.code(base)
             yield Violation(
@@ -161,24 +162,11 @@ def wraps_optimizer(model: SemanticModel, wrapping) -> bool:
     return False
 
 
-def _owns(model: SemanticModel, node: cst.CSTNode) -> bool:
-    return node is model.module or model.parent(node) is not None
-
-
-def _is_store(model: SemanticModel, node: cst.Attribute) -> bool:
-    parent = model.parent(node)
-    if isinstance(parent, (cst.AssignTarget, cst.Del)):
-        return True
-    if isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is node:
-        return True
-    return False
-
-
 def _assigned_attributes(model: SemanticModel) -> set[tuple[str, str]]:
     """(key, attribute) pairs assigned anywhere in the file (`ddp.epoch = 0`, `setattr(ddp, "x", v)`)."""
     found = set()
     for node in model.nodes():
-        if isinstance(node, cst.Attribute) and _is_store(model, node):
+        if isinstance(node, cst.Attribute) and is_store(model, node):
             key = model.binding_key(node.value, node)
             if key is not None:
                 found.add((key, node.attr.value))

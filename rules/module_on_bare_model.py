@@ -9,7 +9,7 @@ import libcst as cst
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 from dplint.training import wrappings as wrappers_built
-from dplint.wrappers import known_bare_paths, narrowed_to_wrapper, wrapper_paths, wrapping_model
+from dplint.wrappers import is_store, known_bare_paths, narrowed_to_wrapper, wrapper_paths, wrapping_model
 
 
 class ModuleOnBareModel(Rule):
@@ -119,7 +119,7 @@ class ModuleOnBareModel(Rule):
         if not wrappers_built(model):
             return  # no wrapper built here or returned by a helper the file calls: nothing to follow
         for node in model.nodes():
-            if not isinstance(node, cst.Attribute) or node.attr.value != "module" or _is_store(model, node):
+            if not isinstance(node, cst.Attribute) or node.attr.value != "module" or is_store(model, node):
                 continue
             base = node.value
             if model.binding_key(base, node) is None:
@@ -150,10 +150,3 @@ class ModuleOnBareModel(Rule):
 def _kind(wrappings) -> str:
     return "DataParallel" if all(w.kind == "DP" for w in wrappings) else "DistributedDataParallel" if all(
         w.kind == "DDP" for w in wrappings) else "DataParallel/DDP"
-
-
-def _is_store(model: SemanticModel, node: cst.Attribute) -> bool:
-    parent = model.parent(node)
-    if isinstance(parent, (cst.AssignTarget, cst.Del)):
-        return True
-    return isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is node
