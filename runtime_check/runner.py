@@ -46,7 +46,6 @@ SELF_SPAWNING = {
     "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes",
 }
 ORIGINAL, FIXED = "original", "fixed"
-STRAGGLER_GRACE = 30.0  # seconds a rank may stay silent after the others ended the same variant
 
 
 class VerifyError(Exception):
@@ -72,6 +71,9 @@ class VerifyOptions:
     always_run: bool = False  # run even when there is no finding (tests use the observations)
     cwd: Optional[str] = None  # working directory of the runs (default: the script's folder)
     select: Optional[frozenset] = None  # verify only these codes (every fix is still applied)
+    # seconds a rank may stay silent after the others ended the same variant (then it is taken as
+    # hung in torch's process-group teardown: stopped, and the remaining variants run afresh)
+    straggler_grace: float = 30.0
 
 
 @dataclass
@@ -396,7 +398,8 @@ class Batch:
                 if all(len(ended) >= expected for ended in ends):
                     all_ended = True
                     break  # every variant ended on every rank: what is left is the process's exit
-                if ends[current] and len(ends[current]) < expected and now - last_event[current] > STRAGGLER_GRACE:
+                silent_for = now - last_event[current]
+                if ends[current] and len(ends[current]) < expected and silent_for > self.options.straggler_grace:
                     # the others ended this variant long ago and the rest went silent: torch's
                     # teardown of a destroyed process group (a DDP freed when the script's main
                     # returns) can wait forever on a peer that is waiting for the next variant

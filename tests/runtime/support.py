@@ -28,6 +28,7 @@ PLANNED: list[tuple[str, tuple[str, ...], dict]] = [
     ("unguarded_rank_save", (), {}),
     ("sampler_shuffle", (), {}),
     ("missing_set_epoch --epochs 5", ("--epochs", "5"), {"batches": 2}),
+    ("teardown_hang", (), {"straggler_grace": 3.0}),
     ("wrapper_train", (), {}),
     ("loss_on_cpu", (), {}),
     ("strip_module", (), {}),

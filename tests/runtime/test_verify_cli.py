@@ -187,6 +187,22 @@ def test_not_reached_says_why_and_exits_1(verified, tmp_path):
     assert sorted(os.listdir(project)) == ["late_save.py"]  # nothing written next to the script
 
 
+@uses("teardown_hang")
+def test_a_rank_hung_after_its_last_line_is_stopped_and_the_runs_go_on(verified):
+    """torch's teardown hang: rank 0 ended, rank 1 went silent after its last line (here an object
+    that blocks when `main()` releases it). Each variant is stopped after the grace and the next
+    one starts afresh; both are judged, and the report says what happened."""
+    report = verified("teardown_hang")
+    for label in ("original", "fixed"):
+        run_view = report.runs[label]
+        assert run_view.stop_reason() == (
+            "finished; rank 1 then hung in torch's process-group teardown (verify stopped it)")
+        assert [end["status"] for end in run_view.ends] == ["finished", "finished"]
+        assert [end.get("stuck", False) for end in run_view.ends] == [False, True]
+    (result,) = report.results
+    assert (result.finding.code, result.verdict.value) == ("DPL008", "confirmed")
+
+
 # ------------------------------------------------------------- timeout and signals
 HANG = "fixtures/runtime/hang.py"
 STOPS = ["SIGTERM", "SIGHUP", "SIGINT", "SIGKILL", "timeout"]
