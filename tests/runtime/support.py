@@ -29,6 +29,9 @@ PLANNED: list[tuple[str, tuple[str, ...], dict]] = [
     ("sampler_shuffle", (), {}),
     ("missing_set_epoch --epochs 5", ("--epochs", "5"), {"batches": 2}),
     ("teardown_hang", (), {"straggler_grace": 3.0}),
+    ("collective_under_rank_guard", (), {"timeout": 40.0}),  # the hang ends at the timeout
+    ("attribute_through_wrapper", (), {}),
+    ("missing_set_device", (), {}),
     ("wrapper_train", (), {}),
     ("loss_on_cpu", (), {}),
     ("strip_module", (), {}),
@@ -37,6 +40,7 @@ PLANNED: list[tuple[str, tuple[str, ...], dict]] = [
     ("late_cuda_visible_devices", (), {}),
     ("optimizer_in_dataparallel", (), {}),
     ("scalar_gather", (), {}),
+    ("module_on_bare_model", (), {}),
     ("hand_rolled_strip", (), {}),
     ("cuda_only", (), {}),
     ("cuda_only --cpu-remap", (), {"cpu_remap": True}),
@@ -84,7 +88,7 @@ class Verified:
 
         (args, options), = [(a, o) for k, a, o in PLANNED if k == key]
         script = RUNTIME_FIXTURES / (key.split()[0] + ".py")
-        chosen = VerifyOptions(always_run=True, timeout=TEST_TIMEOUT, **options)
+        chosen = VerifyOptions(**{"always_run": True, "timeout": TEST_TIMEOUT, **options})
         self.futures[key] = self.pool.submit(lambda: verify(str(script), list(args), chosen))
 
     def __call__(self, key: str):

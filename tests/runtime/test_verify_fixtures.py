@@ -97,6 +97,24 @@ EXPECTED = [
 ]
 
 
+# DPL014-DPL017 crash a run, hang it or need two GPUs, so each has a script of its own, run by
+# default (all_misuses could not go on past them). (fixture, code, snippet, verdict, original, fixed)
+ONE_RUN_EACH = [
+    ("missing_set_device", "DPL014", 'dist.init_process_group("nccl")', "needs-gpu",
+     ["with 0 CUDA device(s) every rank shares one GPU anyway: the finding needs two GPUs or more"], []),
+    ("attribute_through_wrapper", "DPL015", "features = model.embed(", "confirmed",
+     ["raised AttributeError: 'DistributedDataParallel' object has no attribute 'embed' at line 38"],
+     ["the same code ran without an error (finished"]),
+    ("module_on_bare_model", "DPL016", "model.module.state_dict()", "confirmed",
+     ["rank 0 raised AttributeError: 'Sequential' object has no attribute 'module' at line 26"],
+     ["the same code ran without an error (finished)"]),
+    ("collective_under_rank_guard", "DPL017", "dist.all_reduce(total)", "confirmed",
+     # gloo: rank 0 waits until the timeout, or fails inside the collective once rank 1 has left
+     ["only rank(s) 0 entered the collective at line 25; rank(s) 1 never did"],
+     ["no automatic fix for this finding"]),
+]
+
+
 def registered(code: str) -> bool:
     return any(rule.code == code for rule in all_rules())
 
@@ -125,13 +143,16 @@ def result_for(report, fixture: str, code: str, snippet: str):
 
 
 def slow_unless_all_misuses(entry):
-    """all_misuses shows every probe in one launch; the one-misuse fixtures are the slow remainder."""
+    """all_misuses shows every probe of DPL001-DPL013 in one launch; the one-misuse fixtures of those
+    rules, and DPL014's needs-gpu run on a CPU machine, are the slow remainder."""
     fixture, code, snippet = entry[:3]
-    marks = () if fixture == "all_misuses" else (pytest.mark.slow,)
+    shown_on_cpu = fixture == "all_misuses" or (entry in ONE_RUN_EACH and entry[3] != "needs-gpu")
+    marks = () if shown_on_cpu else (pytest.mark.slow,)
     return pytest.param(*entry, marks=marks, id=f"{fixture}-{code}-{snippet[:20]}")
 
 
-@pytest.mark.parametrize("fixture, code, snippet, verdict, original, fixed", [slow_unless_all_misuses(e) for e in EXPECTED])
+@pytest.mark.parametrize("fixture, code, snippet, verdict, original, fixed",
+                         [slow_unless_all_misuses(e) for e in EXPECTED + ONE_RUN_EACH])
 def test_verdict_and_evidence(verified, fixture, code, snippet, verdict, original, fixed):
     result = result_for(verified(fixture), fixture, code, snippet)
     assert (result.verdict.value, result.finding.code) == (verdict, code), (result.original, result.fixed)
@@ -162,6 +183,8 @@ def test_every_code_has_an_expectation():
     expected = {code for fixture, code, *_ in EXPECTED if fixture == "all_misuses"}
     assert expected == {f"DPL{n:03d}" for n in range(1, 14)}
     assert {code for fixture, code, *_ in EXPECTED if fixture != "all_misuses"} == expected
+    assert [code for _, code, *_ in ONE_RUN_EACH] == ["DPL014", "DPL015", "DPL016", "DPL017"]
+    assert {rule.code for rule in all_rules() if rule.code != "DPL100"} == expected | {"DPL014", "DPL015", "DPL016", "DPL017"}
 
 
 @uses("all_misuses")
