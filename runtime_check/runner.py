@@ -608,6 +608,10 @@ def not_reached_reason(run: RunView, line: int, report: Optional[Report]) -> str
                     "after --, or run it from the folder it expects (--cwd DIR)")
         if "CUDA" in message or "cuda" in message or "nccl" in message.lower():
             return f"{reason}; rerun with --cpu-remap (or on a GPU)"
+        missing = re.match(r"ModuleNotFoundError: No module named '([^']+)'", message)
+        if missing:
+            return (f"{reason}; the script imports {missing.group(1)!r}, which the Python that runs verify "
+                    "lacks: install it there")
         return f"{reason}; the script's own error stops it before this line (its arguments after -- may avoid it)"
     return hint_after_loops(run, line, report) or (
         f"{reason} without taking the branch that holds it; the script's arguments (after --) may select it"

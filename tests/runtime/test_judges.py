@@ -150,6 +150,11 @@ def test_not_reached_says_what_would_reach_it():
         "a path the script reads is missing where it ran: pass the script's arguments after --, "
         "or run it from the folder it expects (--cwd DIR)"
     )
+    unimportable = run("original", [{"kind": "line", "line": 5}])
+    unimportable.events[0][-1].update(status="error", error="ModuleNotFoundError: No module named 'torchvision'", line=5)
+    assert not_reached_reason(unimportable, 9, report).endswith(
+        "the script imports 'torchvision', which the Python that runs verify lacks: install it there"
+    )
     slow = run("original", [{"kind": "line", "line": 3}])
     slow.timed_out, slow.wall = True, 30
     assert not_reached_reason(slow, 9, report) == (
