@@ -22,7 +22,7 @@ import sys
 import time
 import types
 
-from dplint.runtime_check.record import Recorder
+from dplint.runtime_check.record import Recorder, stacks_path
 from dplint.runtime_check.supervise import die_with_parent
 
 EXIT_SCRIPT_ERROR = 3
@@ -215,13 +215,16 @@ def fresh_group_names(variant: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()  # the launcher (or verify) died: so does this rank
-    if hasattr(faulthandler, "register"):
-        faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: where a stuck run is, in the log
-    with open((sys.argv[1:] if argv is None else argv)[0], encoding="utf-8") as handle:
+    plan_path = (sys.argv[1:] if argv is None else argv)[0]
+    with open(plan_path, encoding="utf-8") as handle:
         plan = json.load(handle)
     if sys.path and sys.path[0] in ("", os.getcwd()):
         del sys.path[0]  # `-m` put the launch folder there; a script's run has its own folder instead
     rank = int(os.environ.get("RANK", "0"))
+    if hasattr(faulthandler, "register"):
+        # `kill -USR1 PID` writes where this rank is now; verify asks a rank that went silent
+        stacks = open(stacks_path(plan_path, rank), "w", encoding="utf-8")  # noqa: SIM115 (open until exit)
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=False)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     variants = plan["variants"]
     recorder = Recorder(variants[0]["records"], rank, variants[0]["script"])

@@ -111,3 +111,8 @@ class Tail:
                     except json.JSONDecodeError:
                         continue
         return found
+
+
+def stacks_path(plan_path: str, rank: int) -> str:
+    """Where a rank's stack goes when verify sends it SIGUSR1 (next to the batch's plan)."""
+    return f"{os.path.splitext(plan_path)[0]}-stacks-rank{rank}.txt"

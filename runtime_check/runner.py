@@ -35,7 +35,7 @@ from dplint.runtime_check import supervise
 from dplint.runtime_check.lines import LineMap, statement_lines
 from dplint.runtime_check.overlay import Snapshot, mirror
 from dplint.runtime_check.probes import probe_modules
-from dplint.runtime_check.record import Tail, read_events
+from dplint.runtime_check.record import Tail, read_events, stacks_path
 from dplint.runtime_check.verdicts import NO_FIX, Case, Judgement, RunView, Verdict
 
 TOKEN_VARIABLE = supervise.TOKEN_VARIABLE
@@ -325,7 +325,7 @@ class Batch:
         self.log = os.path.join(workdir, f"batch{number}.log")
         self.tmp = os.path.join(workdir, "tmp")
         os.makedirs(self.tmp, exist_ok=True)
-        plan_path = os.path.join(workdir, f"batch{number}.json")
+        plan_path = self.plan_path = os.path.join(workdir, f"batch{number}.json")
         plan = {
             "real_root": real_root, "workdir": workdir,
             "batches": self.options.batches, "epochs": self.options.epochs, "cpu_remap": self.options.cpu_remap,
@@ -343,6 +343,7 @@ class Batch:
         self.command = supervise.guarded(command)
         self.cwd = entries[variants[0].label]["cwd"]
         self.records = [entries[v.label]["records"] for v in variants]
+        self.scripts = [entries[v.label]["script"] for v in variants]
         self.process: Optional[subprocess.Popen] = None
         self.returncode: Optional[int] = None
         self.log_tail = ""
@@ -404,6 +405,7 @@ class Batch:
                     # teardown of a destroyed process group (a DDP freed when the script's main
                     # returns) can wait forever on a peer that is waiting for the next variant
                     straggled_at = current
+                    self.ask_for_stacks(current, sorted(set(range(expected)) - ends[current]))
                     progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: rank(s) "
                              f"{sorted(set(range(expected)) - ends[current])} stuck after the others ended: restarting")
                     break
@@ -430,6 +432,7 @@ class Batch:
                     events.setdefault(rank, []).append(dict(
                         kind="end", status="finished", error=None, line=None, needs_cuda=False,
                         seq=last.get("seq", 0) + 1, stuck=True,
+                        hung_in=hung_in(stacks_path(self.plan_path, rank), self.scripts[index]),
                     ))
             view = RunView(variant.label, events, timed_out=index == timed_out_at,
                            returncode=self.returncode, log_tail=self.log_tail)
@@ -442,6 +445,17 @@ class Batch:
             variant.view = view
             progress(f"[{time.monotonic() - begin:5.1f}s] {variant.label}: {view.stop_reason()}")
         return all_ran
+
+    def ask_for_stacks(self, index: int, ranks: list[int]) -> None:
+        """SIGUSR1 to ranks that went silent: each writes its stack (the harness's faulthandler)."""
+        for rank, events in read_events(self.records[index]).items():
+            pids = {event["pid"] for event in events if event["kind"] == "start" and "pid" in event}
+            for pid in pids if rank in ranks else ():
+                try:
+                    os.kill(pid, signal.SIGUSR1)
+                except OSError:
+                    pass
+        time.sleep(0.5)  # faulthandler writes from its signal handler, at once
 
     def kill(self) -> None:
         """Kill the batch's process group, the groups its ranks made (torchrun starts each rank
@@ -459,6 +473,26 @@ class Batch:
                         if event["kind"] == "start":
                             _kill_group(event["pgid"])
         supervise.kill_tagged(self.token)
+
+
+FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>.+)$')
+
+
+def hung_in(stacks: str, script: str) -> Optional[str]:
+    """Where a rank was stuck, from the stack it wrote on SIGUSR1: the innermost frame of the
+    script or of torch ("__del__ (train.py:25)", "destroy_process_group (torch/distributed/...)")."""
+    try:
+        with open(stacks, encoding="utf-8", errors="replace") as handle:
+            frames = [match for match in map(FRAME.match, handle) if match]
+    except OSError:
+        return None
+    for frame in frames:  # most recent call first
+        path = frame["path"]
+        if os.path.basename(path) == os.path.basename(script):
+            return f"{frame['function']} ({os.path.basename(path)}:{frame['line']})"
+        if "/torch/" in path:
+            return f"{frame['function']} (torch/{path.split('/torch/', 1)[1]}:{frame['line']})"
+    return None
 
 
 def _kill_group(pgid: int) -> None:

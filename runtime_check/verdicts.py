@@ -102,10 +102,15 @@ class RunView:
             return "stopped by the budget"
         if "exit" in statuses:
             return "the script exited with a non-zero status"
-        stuck = [end["rank"] for end in self.ends if end.get("stuck")]
+        stuck = [end for end in self.ends if end.get("stuck")]
         if stuck:
-            return (f"finished; rank {', '.join(map(str, stuck))} then hung in torch's process-group teardown "
-                    "(verify stopped it)")
+            ranks = ", ".join(str(end["rank"]) for end in stuck)
+            where = next((end["hung_in"] for end in stuck if end.get("hung_in")), None)
+            if where is None:
+                return f"finished; rank {ranks} then hung on its way out (verify stopped it)"
+            if "(torch/" in where:
+                return f"finished; rank {ranks} then hung in torch's teardown, in {where} (verify stopped it)"
+            return f"finished; rank {ranks} then hung after its last line, in {where} (verify stopped it)"
         return "finished"
 
 

@@ -164,3 +164,22 @@ def test_not_reached_says_what_would_reach_it():
     assert not_reached_reason(branch, 9, report) == (
         "finished without taking the branch that holds it; the script's arguments (after --) may select it"
     )
+
+
+def test_where_a_silent_rank_hung_comes_from_its_stack(tmp_path):
+    from dplint.runtime_check.runner import hung_in
+
+    stacks = tmp_path / "batch0-stacks-rank1.txt"
+    stacks.write_text(
+        "Current thread 0x00007f3c (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 327 in wait\n'
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2171 in destroy_process_group\n'
+        '  File "/tmp/dplint-verify-x/v1/train.py", line 88 in main\n'
+    )
+    assert hung_in(str(stacks), "/tmp/dplint-verify-x/v1/train.py") == (
+        "destroy_process_group (torch/distributed/distributed_c10d.py:2171)")
+    assert hung_in(str(tmp_path / "none.txt"), "train.py") is None  # no stack written: nothing claimed
+    ended = run("original", [{"kind": "line", "line": 3}], [{"kind": "line", "line": 3}])
+    ended.events[1][-1].update(stuck=True, hung_in="destroy_process_group (torch/distributed/distributed_c10d.py:2171)")
+    assert ended.stop_reason() == ("finished; rank 1 then hung in torch's teardown, in destroy_process_group "
+                                   "(torch/distributed/distributed_c10d.py:2171) (verify stopped it)")
