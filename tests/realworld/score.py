@@ -64,13 +64,17 @@ class DplintFailed(Exception):
     """dplint exited with an error (not findings: --exit-zero) in one checkout."""
 
 
-def run_dplint(dplint_cmd, folder):
-    """dplint's findings at a checkout's root, as (path, slug, line, message)."""
+def run_dplint(dplint_cmd, folder, internal_errors=None):
+    """dplint's findings at a checkout's root, as (path, slug, line, message); the internal
+    errors it printed (a rule that crashed on a file) are appended to `internal_errors`."""
     command = shlex.split(dplint_cmd) + [
         "check", "--output-format", "json", "--exit-zero", "--no-cache", "."]
     done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
     if done.returncode != 0:
         raise DplintFailed(f"dplint failed in {folder}: {done.stderr.strip().splitlines()[-1:]}")
+    if internal_errors is not None:
+        internal_errors.extend(f"{Path(folder).name}/{line}" for line in done.stderr.splitlines()
+                               if "internal error" in line)
     findings = []
     for item in json.loads(done.stdout or "[]"):
         path = Path(item["filename"])
@@ -162,14 +166,14 @@ def main(argv=None):
     started = time.perf_counter()
     totals = defaultdict(lambda: {"tp": 0, "fp": 0, "fn": 0})
     listed = {"tp": [], "fp": [], "fn": [], "unjudged": [], "ambiguous": []}
-    missing, failed = [], []
+    missing, failed, internal = [], [], []
     for name in sorted(by_folder):
         folder = args.checkouts / name
         if not folder.is_dir():
             missing.append(name)
             continue
         try:
-            findings = run_dplint(args.dplint, folder)
+            findings = run_dplint(args.dplint, folder, internal)
         except DplintFailed as error:
             failed.append(str(error))
             continue
@@ -190,6 +194,8 @@ def main(argv=None):
         print(f"missing checkouts ({len(missing)}): " + " ".join(missing))
     for error in failed:
         print(error)
+    for error in internal:
+        print(f"INTERNAL {error}")
     if not args.quiet:
         for name, (row, line) in listed["fp"]:
             print(f"FP  line {line}: {describe(row)}")
@@ -212,8 +218,8 @@ def main(argv=None):
           f"unjudged findings {len(listed['unjudged'])}, ambiguous rows "
           f"{sum(1 for n in scored for r in by_folder[n] if r.get('ambiguous'))}, {elapsed:.1f} s")
     print(f"realworld: precision {ratio(tp, tp + fp):.2f} recall {ratio(tp, tp + fn):.2f} "
-          f"({tp}/{fp}/{fn})")
-    return 1 if failed or missing else 0
+          f"({tp}/{fp}/{fn})" + (f"; {len(internal)} internal errors" if internal else ""))
+    return 1 if failed or missing or internal else 0
 
 
 if __name__ == "__main__":
