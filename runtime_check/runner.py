@@ -486,10 +486,13 @@ def hung_in(stacks: str, script: str) -> Optional[str]:
             frames = [match for match in map(FRAME.match, handle) if match]
     except OSError:
         return None
-    for frame in frames:  # most recent call first
+    for depth, frame in enumerate(frames):  # most recent call first
         path = frame["path"]
         if os.path.basename(path) == os.path.basename(script):
-            return f"{frame['function']} ({os.path.basename(path)}:{frame['line']})"
+            where = f"{frame['function']} ({os.path.basename(path)}:{frame['line']})"
+            # nothing above the script's frame: its line is waiting in native code (a C++
+            # destructor of what a returning function freed, say), not in Python
+            return f"native code (no Python frame) under {where}" if depth == 0 else where
         if "/torch/" in path:
             return f"{frame['function']} (torch/{path.split('/torch/', 1)[1]}:{frame['line']})"
     return None

@@ -179,6 +179,9 @@ def test_where_a_silent_rank_hung_comes_from_its_stack(tmp_path):
     assert hung_in(str(stacks), "/tmp/dplint-verify-x/v1/train.py") == (
         "destroy_process_group (torch/distributed/distributed_c10d.py:2171)")
     assert hung_in(str(tmp_path / "none.txt"), "train.py") is None  # no stack written: nothing claimed
+    native = tmp_path / "batch0-stacks-rank0.txt"
+    native.write_text('Current thread 0x00007f3c (most recent call first):\n  File "/tmp/v1/train.py", line 64 in <module>\n')
+    assert hung_in(str(native), "/tmp/v1/train.py") == "native code (no Python frame) under <module> (train.py:64)"
     ended = run("original", [{"kind": "line", "line": 3}], [{"kind": "line", "line": 3}])
     ended.events[1][-1].update(stuck=True, hung_in="destroy_process_group (torch/distributed/distributed_c10d.py:2171)")
     assert ended.stop_reason() == ("finished; rank 1 then hung in torch's teardown, in destroy_process_group "
