@@ -15,6 +15,7 @@ others (a barrier on torchrun's own store), so the next variant starts together.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import signal
@@ -273,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
             budget.next_variant()
         guard.root, guard.real_root, guard.workdir = variant["root"], plan["real_root"], plan["workdir"]
         status, _, error, line = run_variant(variant, recorder, finder)
+        # What the script left in reference cycles (a DDP, its process group's connections) goes
+        # now, as at the end of a real run: a peer's teardown may wait for exactly that.
+        gc.collect()
         finish(recorder, status, error, line)
         fresh_group_names(index + 1)
     recorder.close()
@@ -283,8 +287,6 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    import gc
-
     gc.collect()  # lets DataLoader iterators shut their worker processes down
     # os._exit: the script's non-daemon threads and atexit hooks must not keep the run alive.
     os._exit(code)

@@ -60,6 +60,9 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+QUICK_LOOK = 3.0  # seconds of silence after the others ended before a silent rank's stack is read
+
+
 @dataclass
 class VerifyOptions:
     nproc: Optional[int] = None  # ranks for a distributed script (default: 2, or the GPUs up to 2)
@@ -376,6 +379,7 @@ class Batch:
         last_event = [time.monotonic()] * len(self.variants)
         all_ended = False
         straggled_at: Optional[int] = None
+        asked_at: Optional[int] = None  # the variant whose silent ranks were asked for their stacks
         try:
             self.start()
             names = ", ".join(v.label for v in self.variants)
@@ -400,12 +404,21 @@ class Batch:
                     all_ended = True
                     break  # every variant ended on every rank: what is left is the process's exit
                 silent_for = now - last_event[current]
-                if ends[current] and len(ends[current]) < expected and silent_for > self.options.straggler_grace:
-                    # the others ended this variant long ago and the rest went silent: torch's
-                    # teardown of a destroyed process group (a DDP freed when the script's main
-                    # returns) can wait forever on a peer that is waiting for the next variant
+                silent = sorted(set(range(expected)) - ends[current])
+                if ends[current] and silent and silent_for > QUICK_LOOK and asked_at != current:
+                    # a first look: a rank whose stack is only the script's `main()` call, in native
+                    # code, has returned from it and waits in a destructor: it will not go on
+                    asked_at = current
+                    self.ask_for_stacks(current, silent)
+                    returned = all(self.returned_from_main(current, rank) for rank in silent)
+                else:
+                    returned = False
+                if ends[current] and silent and (returned or silent_for > self.options.straggler_grace):
+                    # the others ended this variant and the rest went silent: torch's teardown of
+                    # what the script's main freed (a DDP, a destroyed process group) can wait
+                    # forever on a peer that is waiting for the next variant
                     straggled_at = current
-                    self.ask_for_stacks(current, sorted(set(range(expected)) - ends[current]))
+                    self.ask_for_stacks(current, silent)
                     progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: rank(s) "
                              f"{sorted(set(range(expected)) - ends[current])} stuck after the others ended: restarting")
                     break
@@ -457,6 +470,10 @@ class Batch:
                     pass
         time.sleep(0.5)  # faulthandler writes from its signal handler, at once
 
+    def returned_from_main(self, index: int, rank: int) -> bool:
+        where = hung_in(stacks_path(self.plan_path, rank), self.scripts[index]) or ""
+        return where.startswith("native code (no Python frame) under <module>")
+
     def kill(self) -> None:
         """Kill the batch's process group, the groups its ranks made (torchrun starts each rank
         in its own session), and any process still carrying the batch's token."""
@@ -483,9 +500,10 @@ def hung_in(stacks: str, script: str) -> Optional[str]:
     script or of torch ("__del__ (train.py:25)", "destroy_process_group (torch/distributed/...)")."""
     try:
         with open(stacks, encoding="utf-8", errors="replace") as handle:
-            frames = [match for match in map(FRAME.match, handle) if match]
+            dumps = handle.read().split("(most recent call first):")
     except OSError:
         return None
+    frames = [match for match in map(FRAME.match, dumps[-1].splitlines()) if match]  # the latest dump
     for depth, frame in enumerate(frames):  # most recent call first
         path = frame["path"]
         if os.path.basename(path) == os.path.basename(script):
