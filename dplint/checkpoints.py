@@ -557,17 +557,25 @@ def _parameter_entries(model, expr, at, keys, params, depth):
         if binding is not None and isinstance(binding.node, cst.Param):
             yield expr.value, keys
             return
-    value, value_at, _ = resolve(model, expr, at)
-    if isinstance(value, cst.Dict):
-        for element in value.elements:
-            if not isinstance(element, cst.DictElement):
-                continue
-            try:
-                key = literal_value(element.key)
-            except ValueError:
-                continue
-            if isinstance(key, str):
-                yield from _parameter_entries(model, element.value, value_at, keys + (key,), params, depth - 1)
+    for key, value, value_at, _ in _literal_items(model, expr, at):
+        yield from _parameter_entries(model, value, value_at, keys + (key,), params, depth - 1)
+
+
+def _literal_items(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode):
+    """(key, value, where it was written, whether a name was followed) for each entry with a
+    literal string key of the dict display `expr` is or holds: `{"model": sd, "epoch": e}`."""
+    value, value_at, chain = resolve(model, expr, at)
+    if not isinstance(value, cst.Dict):
+        return
+    for element in value.elements:
+        if not isinstance(element, cst.DictElement):
+            continue
+        try:
+            key = literal_value(element.key)
+        except ValueError:
+            continue
+        if isinstance(key, str):
+            yield key, element.value, value_at, bool(chain)
 
 
 def enclosing_def(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -700,19 +708,8 @@ def _saved_entries(model, save, path, expr, at, keys, via_name, depth):
         reached_by_name = via_name or found.call is not expr
         yield SavedWrapperStateDict(save, path, keys, found, reached_by_name)
         return
-    value, value_at, chain = resolve(model, expr, at)
-    if isinstance(value, cst.Dict):
-        for element in value.elements:
-            if not isinstance(element, cst.DictElement):
-                continue
-            try:
-                key = literal_value(element.key)
-            except ValueError:
-                continue
-            if isinstance(key, str):
-                yield from _saved_entries(
-                    model, save, path, element.value, value_at, keys + (key,), via_name or bool(chain), depth - 1
-                )
+    for key, value, value_at, followed in _literal_items(model, expr, at):
+        yield from _saved_entries(model, save, path, value, value_at, keys + (key,), via_name or followed, depth - 1)
 
 
 def _loaded_checkpoint(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int = 3):

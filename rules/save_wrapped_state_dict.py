@@ -9,6 +9,18 @@ from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Viola
 from dplint.semantic import SemanticModel
 
 
+# A builder of this file returns the wrapper; it is held in an attribute and saved in another method.
+_BUILDER_LOOP = (
+    "import torch\nimport torch.nn as nn\n"
+    "def build(net):\n"
+    "    return nn.DataParallel(net).cuda()\n"
+    "class Loop:\n"
+    "    def __init__(self, net):\n"
+    "        self.model = build(net)\n"
+    "    def save(self):\n"
+)
+
+
 class SaveWrappedStateDict(Rule):
     """
     ## What it does
@@ -100,24 +112,8 @@ class SaveWrappedStateDict(Rule):
     INVALID = (
         # Returned by a builder of this file, held in an attribute, saved in another method.
         Example(
-            "import torch\nimport torch.nn as nn\n"
-            "def build(net):\n"
-            "    return nn.DataParallel(net).cuda()\n"
-            "class Loop:\n"
-            "    def __init__(self, net):\n"
-            "        self.model = build(net)\n"
-            "    def save(self):\n"
-            '        torch.save(self.model.state_dict(), "loop.pt")\n',
-            expected=(
-                "import torch\nimport torch.nn as nn\n"
-                "def build(net):\n"
-                "    return nn.DataParallel(net).cuda()\n"
-                "class Loop:\n"
-                "    def __init__(self, net):\n"
-                "        self.model = build(net)\n"
-                "    def save(self):\n"
-                '        torch.save(self.model.module.state_dict(), "loop.pt")\n'
-            ),
+            _BUILDER_LOOP + '        torch.save(self.model.state_dict(), "loop.pt")\n',
+            expected=_BUILDER_LOOP + '        torch.save(self.model.module.state_dict(), "loop.pt")\n',
         ),
         Example(
             "import torch\n"
