@@ -328,7 +328,9 @@ class StripModule(Rule):
                 saved.setdefault((save["path"], tuple(save["keys"])), []).append((path, save))
         for path in sorted(facts_by_path):
             for load in facts_by_path[path].get("loads", ()):
-                savers = [(file, save) for file, save in saved.get((load["path"], tuple(load["keys"])), ()) if file != path]
+                # The saver may be this file too: a path it computes in a helper, or in another
+                # function with another variable, matches by its shape only.
+                savers = sorted(saved.get((load["path"], tuple(load["keys"])), ()), key=lambda found: found[0] == path)
                 if not savers:
                     continue
                 file, save = savers[0]
