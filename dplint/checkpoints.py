@@ -61,10 +61,18 @@ class CheckpointPath:
     # For matching across files: the literal path, or the path with its computed parts as
     # `*` when its file name is literal (`f"{self.folder}/last.pt"` -> "*/last.pt").
     shape: Optional[str] = None
+    # In the system's temporary folder (`tempfile.gettempdir() + "/m.ckpt"`, `NamedTemporaryFile`):
+    # the file does not outlive the run.
+    temporary: bool = False
+    # `handle.name`, `args.out`: the attribute's code and the binding of its root name (the
+    # same attribute of the same object names the same file).
+    attribute: Optional[tuple[Binding, str]] = None
 
     def same_file(self, other: "CheckpointPath") -> bool:
         if self.literal is not None and self.literal == other.literal:
             return True
+        if self.attribute is not None and other.attribute is not None:
+            return self.attribute[0] is other.attribute[0] and self.attribute[1] == other.attribute[1]
         return self.binding is not None and self.binding is other.binding
 
 
@@ -90,6 +98,7 @@ class WrapperStateDict:
     # the parameter's name; `call` is then in the helper (maybe another file), `receiver` the
     # caller's argument.
     helper_parameter: Optional[str] = None
+    helper_unwraps: bool = False  # the helper unwraps some wrapper kinds first, not this one
 
 
 @dataclass(eq=False)
@@ -456,7 +465,39 @@ def checkpoint_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at
         text = repr(literal)
     else:
         text = f"`{model.code(expr)}`" if expr is not None else "?"
-    return CheckpointPath(literal, binding, text, literal if literal is not None else path_shape(model, expr, at))
+    shape = literal if literal is not None else path_shape(model, expr, at)
+    attribute = None
+    if binding is None and isinstance(expr, cst.Attribute):
+        root = expr
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        root_binding = model.binding_at(root.value, at) if isinstance(root, cst.Name) else None
+        if root_binding is not None:
+            attribute = (root_binding, model.code(expr))
+    return CheckpointPath(literal, binding, text, shape, literal is None and _temporary(model, expr, at, 3), attribute)
+
+
+def _temporary(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> bool:
+    """The path is built from `tempfile` (`tempfile.gettempdir()`, `tmp.name` of a
+    `NamedTemporaryFile`, `tempfile.mkdtemp()`), following names."""
+    value, value_at, _ = resolve(model, expr, at)
+    stack = [value] if value is not None else []
+    if isinstance(expr, cst.Name):  # `with tempfile.NamedTemporaryFile() as handle:`
+        binding = model.binding_at(expr.value, at)
+        if binding is not None and isinstance(binding.node, cst.With):
+            stack.extend(item.item for item in binding.node.items)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and (model.qualified_name(node.func) or "").startswith("tempfile."):
+            return True
+        if isinstance(node, cst.Name) and depth > 0 and node is not value and _temporary(model, node, value_at, depth - 1):
+            return True
+        if isinstance(node, cst.Attribute) and depth > 0 and _temporary(model, node.value, value_at, depth - 1):
+            return True
+        if isinstance(node, (cst.Lambda, cst.BaseComp)):
+            continue
+        stack.extend(node.children)
+    return False
 
 
 def path_shape(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, outer=None) -> Optional[str]:
@@ -856,7 +897,7 @@ def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: 
     if not wrappings:
         return
     path = _helper_path(model, call, other, function, bound, saved)
-    state_dict = WrapperStateDict(saved.state_dict_call, passed, wrappings[0], (), False, saved.name)
+    state_dict = WrapperStateDict(saved.state_dict_call, passed, wrappings[0], (), False, saved.name, bool(saved.unwrapped))
     yield SavedWrapperStateDict(call, path, saved.keys, state_dict, True, True)
 
 

@@ -160,7 +160,10 @@ class SaveWrappedStateDict(Rule):
         reported = set()
         for save in checkpoint_facts(model).saves:
             state_dict = save.state_dict
-            if state_dict.call in reported:
+            if state_dict.helper_parameter is not None:
+                yield from self._helper_parameter(model, save, reported)
+                continue
+            if state_dict.call in reported or _temporary_round_trip(model, save):
                 continue
             reported.add(state_dict.call)
             receiver = model.code(state_dict.receiver)
@@ -181,6 +184,34 @@ class SaveWrappedStateDict(Rule):
             yield Violation(state_dict.call, message, None if conditional else self._fix(model, save, receiver))
 
     @staticmethod
+    def _helper_parameter(model: SemanticModel, save: SavedWrapperStateDict, reported: set) -> Iterator[Violation]:
+        """A wrapper handed to a helper that saves its parameter's `state_dict()`: reported in
+        the helper when it unwraps other wrapper kinds (its test is what to mend), else where
+        the wrapper is handed over."""
+        state_dict = save.state_dict
+        node = state_dict.call if state_dict.helper_unwraps else state_dict.receiver
+        if node in reported:
+            return
+        reported.add(node)
+        kind = wrapper_kind_name(state_dict.wrapping)
+        parameter = state_dict.helper_parameter
+        helper = model.code(save.save.func)
+        if state_dict.helper_unwraps:
+            message = (
+                f"`{parameter}.state_dict()` is saved as is when `{parameter}` is a {kind}, which the test above "
+                f"does not unwrap (`{helper}(...)` passes one): every key starts with `module.`, so the checkpoint "
+                f"does not load into a bare model; unwrap every wrapper kind (`{parameter}.module` when "
+                f'`hasattr({parameter}, "module")`)'
+            )
+        else:
+            message = (
+                f"`{helper}(...)` saves `{parameter}.state_dict()`, and `{model.code(state_dict.receiver)}` is a {kind} "
+                "here: every key starts with `module.`, so the checkpoint does not load into a bare model "
+                f"(`Unexpected key(s) in state_dict: \"module.…`); pass the unwrapped model (`.module` when wrapped)"
+            )
+        yield Violation(node, message, None)
+
+    @staticmethod
     def _fix(model: SemanticModel, save: SavedWrapperStateDict, receiver: str) -> Optional[Fix]:
         edits = [Edit(save.state_dict.receiver, f"{receiver}.module")]
         loads_into_wrapper = 0
@@ -199,3 +230,12 @@ class SaveWrappedStateDict(Rule):
             f"Save `{receiver}.module.state_dict()`" + (" and load it back through `.module`" if loads_into_wrapper else ""),
             tuple(edits),
         )
+
+
+def _temporary_round_trip(model: SemanticModel, save: SavedWrapperStateDict) -> bool:
+    """A checkpoint in the temporary folder that this file reads back only into a wrapper (or
+    not at all): it does not outlive the run, so no bare model ever loads its keys."""
+    if not save.path.temporary:
+        return False
+    facts = checkpoint_facts(model)
+    return all(load.target_is_wrapper is not None for load in facts.loads if save in facts.wrapper_saves_of(load.loaded))

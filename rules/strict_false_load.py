@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from dplint.checkpoints import StateDictLoad, checkpoint_facts, literal_key, name_is_read
+from dplint.checkpoints import StateDictLoad, called_function, checkpoint_facts, literal_key, name_is_read
 from dplint.rule import Applicability, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, method_call
 
@@ -170,6 +170,8 @@ def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
             call = model.parent(model.parent(node))
             if isinstance(call, cst.Call) and _is_key_check(model, call, target):
                 return True  # `check_keys(model, pretrained)` right before the load
+            if isinstance(call, cst.Call) and _helper_compares_keys(model, call, load.target):
+                return True  # `self.check_keys(pretrained)` whose body compares with `self.net.state_dict()`
             if isinstance(call, cst.Call) and any(_is_own_state_dict(model, arg.value, load.target) for arg in call.args):
                 return True  # `sd = intersect_dicts(sd, model.state_dict())`: filtered by the model's keys
     return False
@@ -241,6 +243,31 @@ def _is_key_check(model: SemanticModel, call: cst.Call, target: str) -> bool:
     func = call.func
     name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
     return "key" in str(name).lower() and any(model.code(arg.value) == target for arg in call.args)
+
+
+def _helper_compares_keys(model: SemanticModel, call: cst.Call, target: cst.BaseExpression) -> bool:
+    """A function of this file or the project, given the state dict, that compares its keys
+    with the load target's own (`def check_keys(self, sd): model_keys = set(self.net
+    .state_dict().keys()); missing = model_keys - set(sd.keys())`): the target is `self.x` of
+    the same instance, or a parameter the call fills with the target."""
+    found = called_function(model, call)
+    if found is None:
+        return False
+    other, function, bound = found
+    wanted = model.code(target)
+    targets = []
+    if bound and wanted.startswith("self.") and isinstance(call.func, cst.Attribute) and model.code(call.func.value) == "self":
+        targets.append(wanted)
+    params = [p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)]
+    for name in params:
+        passed = model.flow.parameter_argument(call, function, name, bound)
+        if passed is not None and model.code(passed) == wanted:
+            targets.append(name)
+    for own in targets:
+        receiver = cst.parse_expression(own)
+        if _compares_keys(other, function.body, receiver, set()):
+            return True
+    return False
 
 
 def _loops_around(model: SemanticModel, node: cst.CSTNode, load: cst.Call) -> list[cst.CSTNode]:

@@ -328,9 +328,14 @@ class StripModule(Rule):
                 saved.setdefault((save["path"], tuple(save["keys"])), []).append((path, save))
         for path in sorted(facts_by_path):
             for load in facts_by_path[path].get("loads", ()):
-                # The saver may be this file too: a path it computes in a helper, or in another
-                # function with another variable, matches by its shape only.
-                savers = sorted(saved.get((load["path"], tuple(load["keys"])), ()), key=lambda found: found[0] == path)
+                # The saver may be this file too when the path is computed (`*` in its shape: in
+                # a helper, or in another function with another variable); a literal path in
+                # one file is matched by `check`.
+                savers = sorted(
+                    ((file, save) for file, save in saved.get((load["path"], tuple(load["keys"])), ())
+                     if file != path or "*" in save["path"]),
+                    key=lambda found: found[0] == path,
+                )
                 if not savers:
                     continue
                 file, save = savers[0]
