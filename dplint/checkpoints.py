@@ -873,11 +873,14 @@ def _saved_through_helper(model: SemanticModel, call: cst.Call):
 
 
 def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
-    """A cheap test: the argument spells a name a wrapper was bound to (`model = DDP(model)`)."""
+    """A cheap test: the argument is a wrapper's construction, or spells a name a wrapper was
+    bound to (`model = DDP(model)`)."""
     if not model.wrappings:
         return False
-    names = {w.wrapper_key for w in model.wrappings}
-    return model.code(peel_self_returning(expr)) in names
+    expr = peel_self_returning(expr)
+    if any(w.call is expr for w in model.wrappings):
+        return True
+    return model.code(expr) in {w.wrapper_key for w in model.wrappings}
 
 
 def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: SavedParameter):
@@ -887,6 +890,8 @@ def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: 
     passed = model.flow.parameter_argument(call, function, saved.name, bound)
     if passed is None or passed is _default_of(function, saved.name):
         return
+    if wrapper_state_dict(other, saved.state_dict_call, saved.state_dict_call) is not None:
+        return  # the helper's own file sees the wrapper (its only caller passes one): reported there
     paths = _wrapper_paths(model, passed, call)
     if paths is None:
         held = held_wrapper(model, passed, call)

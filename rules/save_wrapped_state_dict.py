@@ -41,7 +41,18 @@ class SaveWrappedStateDict(Rule):
     A state dict handed to a function that saves that parameter counts as saved: a function or
     class method of this file or, when dplint checks a project, of the file it is imported
     from (`Saver(out).dump(ddp.state_dict(), step)` with `torch.save({"weights": weights, ...},
-    path)` in `dump`). The finding is on the `state_dict()` call, where the fix goes.
+    path)` in `dump`). The finding is on the `state_dict()` call, where the fix goes. So does a
+    wrapper handed to a function that saves the parameter's `state_dict()` (`save_model(model,
+    ...)` with `torch.save({"model": model.state_dict()}, f)`): reported where the wrapper is
+    handed over, or, when the helper unwraps some wrapper kinds but not this one (`if
+    isinstance(model, nn.DataParallel): ... else: torch.save(model.state_dict(), f)` given a
+    DistributedDataParallel), at the helper's `state_dict()` call. A project class derived
+    from `DataParallel` / `DistributedDataParallel` is that wrapper, and batch-norm
+    converters (`convert_sync_batchnorm(m)`, `convert_model(m)`) keep it.
+
+    Silent for a checkpoint in the temporary folder (`tempfile.gettempdir()`,
+    `NamedTemporaryFile`) that the file reads back only into a wrapper: it does not outlive the
+    run.
 
     ## Why is this bad?
     The wrapper keeps the model as its attribute `module`, so every key of its state dict

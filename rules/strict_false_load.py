@@ -25,7 +25,9 @@ class StrictFalseLoad(Rule):
     set(model.state_dict()) - set(sd)`, a log of the keys not in the model), or a loop that
     fills the state dict looks the model's keys up (`meta = model.state_dict()` ... `for name,
     t in full.items(): sd[name] = shard(t, meta.get(name))`), or a helper named for keys gets
-    the model and the dict first (`check_keys(model, sd)`), or a helper gets the dict and the
+    the model and the dict first (`check_keys(model, sd)`), or a function of this file or the
+    project, given the dict, compares it with the model's own keys (`self.check_keys(sd)` whose
+    body takes `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the
     model's own state dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
     in ["head.weight"]: ...`) is not a comparison. Silent for a module's live `state_dict()`
     (`teacher.load_state_dict(student.state_dict(), strict=False)`) and for published weights
