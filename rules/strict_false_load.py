@@ -30,7 +30,8 @@ class StrictFalseLoad(Rule):
     body takes `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the
     model's own state dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
     in ["head.weight"]: ...`) is not a comparison. Silent for a module's live `state_dict()`
-    (`teacher.load_state_dict(student.state_dict(), strict=False)`) and for published weights
+    or a copy of it (`teacher.load_state_dict(deepcopy(student.state_dict()), strict=False)`),
+    and for published weights
     from a fixed URL (`load_url(model_urls["resnet50"])`, a literal URL), whose keys are known;
     a URL the user passes is not fixed. Silent in a model factory's pretrained branch (under
     an `if pretrained:` test, or in a function with a `pretrained` parameter): loading
@@ -203,8 +204,16 @@ def _live_state_dict(model: SemanticModel, expr, at) -> bool:
     """`teacher.load_state_dict(student.module.state_dict(), strict=False)`: a module's own
     state dict in this process, not a checkpoint."""
     value = model.value_at(expr, at)
+    while isinstance(value, cst.Call) and value.args and _copies(model, value):
+        value = value.args[0].value  # `deepcopy(student.state_dict())`: a copy is as live
     method = method_call(value) if isinstance(value, cst.Call) else None
     return method is not None and method[1] == "state_dict"
+
+
+def _copies(model: SemanticModel, call: cst.Call) -> bool:
+    """`copy.deepcopy(x)`, `deepcopy(x)`, `copy.copy(x)`, `dict(x)`, `OrderedDict(x)`."""
+    name = model.qualified_name(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
+    return name.rsplit(".", 1)[-1] in ("deepcopy", "copy", "dict", "OrderedDict")
 
 
 def _compares_keys(model: SemanticModel, node: cst.CSTNode, target: cst.BaseExpression, own_names: set[str]) -> bool:

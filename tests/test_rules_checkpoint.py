@@ -1001,3 +1001,13 @@ def test_hand_rolled_replace_silent_where_a_submodule_is_wrapped_in_place():
     head = "import torch\nimport torch.nn as nn\nmodel = Net()\n"
     assert found(head + "model.encoder = nn.DataParallel(model.encoder)\n" + loop, ["DPL013"]) == []
     assert [row for row, *_ in found(head + "model = nn.DataParallel(model)\n" + loop, ["DPL013"])] == [5]
+
+
+def test_strict_false_silent_for_a_copy_of_a_live_state_dict():
+    code = (
+        "import copy\nimport torch.nn as nn\n"
+        "a, b = nn.Linear(2, 2), nn.Linear(2, 2)\n"
+        "b.load_state_dict(copy.deepcopy(a.state_dict()), strict=False)\n"
+        "b.load_state_dict(dict(a.state_dict()), strict=False)\n"
+    )
+    assert found(code, ["DPL005"]) == []
