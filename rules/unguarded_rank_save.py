@@ -6,8 +6,16 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.checkpoints import TORCH_SAVE
-from dplint.distributed import Route, enclosing_function, every_rank_reaches, is_multi_process, mentions_rank, passed_for
+from dplint.checkpoints import TORCH_SAVE, called_function
+from dplint.distributed import (
+    Route,
+    enclosing_function,
+    every_rank_reaches,
+    is_multi_process,
+    is_rank_guarded,
+    mentions_rank,
+    passed_for,
+)
 from dplint.rule import Example, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument
 
@@ -39,6 +47,11 @@ class UnguardedRankSave(Rule):
     A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`) or to an in-memory
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`).
+
+    When dplint checks a project, a plain function of another project file that this file
+    calls on every rank (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)
+    is followed too: a `torch.save` in it that no guard inside the function covers is
+    reported there. Methods called on instances are not followed.
 
     ## Why is this bad?
     Every rank opens the same path and writes it at once. `torch.save` writes the file in
@@ -173,8 +186,10 @@ class UnguardedRankSave(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         saves = [site.node for site in model.calls if site.qualified_name == TORCH_SAVE]
-        if not saves or not is_multi_process(model):
+        helpers = _project_save_helpers(model)
+        if not (saves or helpers) or not is_multi_process(model):
             return
+        yield from _saves_in_project_helpers(model, helpers)
         for save in saves:
             if _target_is_per_rank(model, save):
                 continue
@@ -188,6 +203,52 @@ class UnguardedRankSave(Rule):
                     "the same file at once, in place, so the checkpoint can silently mix tensors "
                     "of different ranks or fail to load; save on one rank "
                     "(`if dist.get_rank() == 0:`) and `dist.barrier()` before others read it"
+                ),
+            )
+
+
+def _project_save_helpers(model: SemanticModel) -> list[tuple[cst.Call, SemanticModel, cst.FunctionDef]]:
+    """Calls of plain functions of other project files whose text holds `torch.save`
+    (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)."""
+    project = getattr(model, "project", None)
+    if project is None:
+        return []
+    found = []
+    for site in model.calls:
+        name = site.qualified_name
+        if name is None or name.startswith(("torch.", "builtins.")) or "." not in name and name not in model.imports:
+            continue
+        try:
+            if not project.mentions(name, model, ("torch.save",)):
+                continue
+        except Exception:
+            continue
+        target = called_function(model, site.node)
+        if target is None or target[0] is model or target[2]:
+            continue  # this file's functions are followed by every_rank_reaches; methods are left out
+        found.append((site.node, target[0], target[1]))
+    return found
+
+
+def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violation]:
+    """A `torch.save` that nothing guards inside a function of another project file, called
+    on every rank from here: reported in that file, where the guard goes."""
+    for call, other, function in helpers:
+        if every_rank_reaches(model, call) is None:
+            continue
+        for site in other.calls:
+            save = site.node
+            if site.qualified_name != TORCH_SAVE or enclosing_function(other, save) is not function:
+                continue
+            if is_rank_guarded(other, save) or _target_is_per_rank(other, save):
+                continue
+            yield Violation(
+                node=save,
+                message=(
+                    f"every rank runs this `torch.save`: `{function.name.value}()` is called on every rank by "
+                    "another file of the project, so all processes write the same file at once, in place, and "
+                    "the checkpoint can silently mix tensors of different ranks or fail to load; save on one "
+                    "rank (`if dist.get_rank() == 0:`, at the call or here) and `dist.barrier()` before others read it"
                 ),
             )
 
