@@ -34,7 +34,9 @@ class StrictFalseLoad(Rule):
     and for published weights
     from a fixed URL (`load_url(model_urls["resnet50"])`, a literal URL), whose keys are known;
     a URL the user passes is not fixed. Silent in a model factory's pretrained branch (under
-    an `if pretrained:` test, or in a function with a `pretrained` parameter): loading
+    an `if pretrained:` test, or in a function with a `pretrained` parameter, unless the load
+    sits under a test of another parameter that the function hands to `torch.load`: `if
+    resume_path:` is the caller's checkpoint): loading
     published weights without their head is what `strict=False` is for there. Silent too when
     `strict` is not literally False.
 
@@ -137,8 +139,42 @@ def _pretrained_initialisation(model: SemanticModel, call: cst.Call) -> bool:
         if isinstance(ancestor, cst.FunctionDef):
             params = ancestor.params
             names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
-            return any("pretrain" in name.lower() for name in names)
+            return any("pretrain" in name.lower() for name in names) and not _resume_branch(model, call, ancestor, names)
     return False
+
+
+def _resume_branch(model: SemanticModel, call: cst.Call, function: cst.FunctionDef, names: list[str]) -> bool:
+    """The load sits under a test of another parameter that the function hands to `torch.load`
+    (`if resume_path: checkpoint = torch.load(resume_path)`): a checkpoint the caller chooses,
+    not the factory's published weights."""
+    others = {name for name in names if "pretrain" not in name.lower()}
+    tested = set()
+    child: cst.CSTNode = call
+    for ancestor in model.ancestors(call):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            tested |= {node.value for node in _names_in(ancestor.test) if node.value in others}
+        child = ancestor
+    if not tested:
+        return False
+    for site in model.calls:
+        if site.qualified_name != "torch.load" or function not in model.ancestors(site.node):
+            continue
+        path = argument(site.node, 0, "f")
+        if isinstance(path, cst.Name) and path.value in tested:
+            return True
+    return False
+
+
+def _names_in(node: cst.CSTNode) -> list[cst.Name]:
+    found, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            found.append(current)
+        stack.extend(current.children)
+    return found
 
 
 def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
