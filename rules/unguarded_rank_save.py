@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -17,7 +18,7 @@ from dplint.distributed import (
     passed_for,
 )
 from dplint.rule import Example, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument
+from dplint.semantic import SemanticModel, argument, literal_value
 
 # Targets that are private to the process that opens them: nothing is shared.
 PRIVATE_TARGETS = ("io.", "tempfile.")
@@ -51,7 +52,11 @@ class UnguardedRankSave(Rule):
     When dplint checks a project, a plain function of another project file that this file
     calls on every rank (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)
     is followed too: a `torch.save` in it that no guard inside the function covers is
-    reported there. Methods called on instances are not followed.
+    reported there. Methods called on instances are not followed. An `if` in the function
+    that tests only a parameter the call fills with a literal (or leaves at its default) is
+    decided by it: `if model is not None:` is skipped when the call passes no model, and
+    `if local_rank > -1:` (`else:` saves) guards nothing when the call leaves `local_rank=-1`;
+    such a finding is on the call, where the rank is missing.
 
     ## Why is this bad?
     Every rank opens the same path and writes it at once. `torch.save` writes the file in
@@ -230,6 +235,82 @@ def _project_save_helpers(model: SemanticModel) -> list[tuple[cst.Call, Semantic
     return found
 
 
+_COMPARE = {
+    cst.GreaterThan: operator.gt, cst.LessThan: operator.lt, cst.GreaterThanEqual: operator.ge,
+    cst.LessThanEqual: operator.le, cst.Equal: operator.eq, cst.NotEqual: operator.ne,
+    cst.Is: operator.is_, cst.IsNot: operator.is_not,
+}
+_UNKNOWN = object()
+
+
+def _argument_value(model: SemanticModel, call: cst.Call, function: cst.FunctionDef, name: str):
+    """The literal a call passes for a parameter (or its default); _UNKNOWN otherwise."""
+    passed = model.flow.parameter_argument(call, function, name, False)
+    if isinstance(passed, cst.Name) and passed.value in ("None", "True", "False"):
+        return {"None": None, "True": True, "False": False}[passed.value]
+    try:
+        return literal_value(passed) if passed is not None else _UNKNOWN
+    except ValueError:
+        return _UNKNOWN
+
+
+def _decided(model: SemanticModel, test: cst.BaseExpression, call: cst.Call, function: cst.FunctionDef, params: set):
+    """True/False when the test depends only on a parameter that this call fills with a
+    literal (`if model is not None:` with `model` left at None; `if local_rank > -1:` with the
+    default -1); None when it cannot tell."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _decided(model, test.expression, call, function, params)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Name) and test.value in params:
+        value = _argument_value(model, call, function, test.value)
+        return None if value is _UNKNOWN else bool(value)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name):
+        compare = _COMPARE.get(type(test.comparisons[0].operator))
+        right = test.comparisons[0].comparator
+        if compare is None or test.left.value not in params:
+            return None
+        value = _argument_value(model, call, function, test.left.value)
+        if isinstance(right, cst.Name) and right.value == "None":
+            other = None
+        else:
+            try:
+                other = literal_value(right)
+            except ValueError:
+                return None
+        if value is _UNKNOWN:
+            return None
+        try:
+            return bool(compare(value, other))
+        except TypeError:
+            return None
+    return None
+
+
+def _reach(caller: SemanticModel, call: cst.Call, other: SemanticModel, function: cst.FunctionDef, save: cst.Call):
+    """(whether the call can reach the save, whether a rank guard the call leaves in force
+    covers it, whether the call's arguments decided a test): `if` tests of the helper decided by the call's literal arguments are taken or
+    skipped as the call makes them, and do not guard."""
+    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
+    decided_any = False
+    guarded = False
+    child: cst.CSTNode = save
+    for ancestor in other.ancestors(save):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            decided = _decided(caller, ancestor.test, call, function, params)
+            if decided is not None:
+                decided_any = True
+                if decided != (child is ancestor.body):
+                    return False, False, True
+            elif mentions_rank(other, ancestor.test):
+                guarded = True
+        child = ancestor
+    if not decided_any:
+        guarded = is_rank_guarded(other, save)
+    return True, guarded, decided_any
+
+
 def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violation]:
     """A `torch.save` that nothing guards inside a function of another project file, called
     on every rank from here: reported in that file, where the guard goes."""
@@ -240,7 +321,20 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
             save = site.node
             if site.qualified_name != TORCH_SAVE or enclosing_function(other, save) is not function:
                 continue
-            if is_rank_guarded(other, save) or _target_is_per_rank(other, save):
+            reached, guarded, decided = _reach(model, call, other, function, save)
+            if not reached or guarded or _target_is_per_rank(other, save):
+                continue
+            if decided:  # the helper's own test would guard it: the call's arguments skip it
+                yield Violation(
+                    node=call,
+                    message=(
+                        f"every rank runs this call, and with these arguments `{function.name.value}()` reaches "
+                        f"its `torch.save` (line {other.position(save)[0].line} of its file) past its rank test: all "
+                        "processes write the same file at once, in place, so the checkpoint can silently mix "
+                        "tensors of different ranks or fail to load; call it on one rank (`if dist.get_rank() "
+                        "== 0:`) or pass the rank it tests"
+                    ),
+                )
                 continue
             yield Violation(
                 node=save,
