@@ -501,16 +501,11 @@ def test_save_wrapped_on_the_wrapped_branch_is_fixable():
 
 
 def test_save_wrapped_through_a_builder_and_an_attribute():
+    from dplint.rules.save_wrapped_state_dict import _BUILDER_LOOP  # the rule's own example setup
+
     code = (
-        "import torch\n"
-        "import torch.nn as nn\n"
-        "def build(net):\n"
-        "    return nn.DataParallel(net).cuda()\n"
-        "class Loop:\n"
-        "    def __init__(self, net):\n"
-        "        self.model = build(net)\n"
-        "    def save(self):\n"
-        "        torch.save(self.model.state_dict(), 'loop.pt')\n"
+        _BUILDER_LOOP
+        + "        torch.save(self.model.state_dict(), 'loop.pt')\n"
         "wrapped = build(nn.Linear(2, 2))\n"
         "torch.save({'model': wrapped.state_dict()}, 'b.pt')\n"
     )
