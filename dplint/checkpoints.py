@@ -61,10 +61,18 @@ class CheckpointPath:
     # For matching across files: the literal path, or the path with its computed parts as
     # `*` when its file name is literal (`f"{self.folder}/last.pt"` -> "*/last.pt").
     shape: Optional[str] = None
+    # In the system's temporary folder (`tempfile.gettempdir() + "/m.ckpt"`, `NamedTemporaryFile`):
+    # the file does not outlive the run.
+    temporary: bool = False
+    # `handle.name`, `args.out`: the attribute's code and the binding of its root name (the
+    # same attribute of the same object names the same file).
+    attribute: Optional[tuple[Binding, str]] = None
 
     def same_file(self, other: "CheckpointPath") -> bool:
         if self.literal is not None and self.literal == other.literal:
             return True
+        if self.attribute is not None and other.attribute is not None:
+            return self.attribute[0] is other.attribute[0] and self.attribute[1] == other.attribute[1]
         return self.binding is not None and self.binding is other.binding
 
 
@@ -86,6 +94,11 @@ class WrapperStateDict:
     wrapping: Wrapping
     bindings: tuple[Binding, ...]  # the bindings followed from the receiver to the wrapping
     every_path: bool = True  # the receiver is the wrapper on every path reaching the call
+    # `def save_model(model, ...): torch.save(model.state_dict(), out)` called with a wrapper:
+    # the parameter's name; `call` is then in the helper (maybe another file), `receiver` the
+    # caller's argument.
+    helper_parameter: Optional[str] = None
+    helper_unwraps: bool = False  # the helper unwraps some wrapper kinds first, not this one
 
 
 @dataclass(eq=False)
@@ -221,7 +234,7 @@ def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at:
     if expr is None:
         return None
     try:
-        found = model.flow.wrappings_at(expr, at)
+        found = _wrappings_at(model, expr, at, 2)
     except Exception:  # a flow model that cannot answer is the same as none
         return None
     if not found:
@@ -233,6 +246,62 @@ def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at:
         if _self_consistent(path) and consistent(path, here) and not _narrowed_out(wrapping, path)
     ]
     return found, live
+
+
+# Batch-norm converters return the module they are given, wrapper and all, with its
+# BatchNorm layers replaced: `torch.nn.SyncBatchNorm.convert_sync_batchnorm(m)`, and the
+# `convert_model(m)` of the Synchronized-BatchNorm package (a DataParallel in, its
+# DataParallel subclass out).
+_CONVERTERS = {"convert_sync_batchnorm", "convert_model"}
+
+
+def _wrappings_at(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> list:
+    """`model.flow.wrappings_at`, looking through batch-norm converters."""
+    found = []
+    for value in model.flow.values_at(expr, at):
+        wrapping = None
+        if value.known:
+            wrapping = next((w for w in value.model.wrappings if w.call is value.expr), None) or _subclass_wrapping(value.model, value.expr)
+            converted = _converted_module(value.expr)
+            if wrapping is None and converted is not None and depth > 0:
+                inner = [w for w, _ in _wrappings_at(value.model, converted, value.expr, depth - 1)]
+                if inner and all(w is not None for w in inner):
+                    wrapping = inner[0]
+        found.append((wrapping, value.conditions))
+    return found
+
+
+_SUBCLASS_WRAPPINGS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _subclass_wrapping(model: SemanticModel, expr: cst.BaseExpression) -> Optional[Wrapping]:
+    """`DataParallelWithCallback(mod)`: an instance of a project class whose base is
+    `DataParallel` / `DistributedDataParallel` is that wrapper (it keeps the model as `.module`)."""
+    if not isinstance(expr, cst.Call):
+        return None
+    table = _SUBCLASS_WRAPPINGS.setdefault(model, {})
+    if expr not in table:
+        table[expr] = None
+        try:
+            callee = model.flow.callee(expr)
+        except Exception:
+            callee = None
+        if callee is not None and isinstance(callee.node, cst.ClassDef):
+            bases = [callee.model.code(base.value).rsplit(".", 1)[-1] for base in callee.node.bases]
+            kind = "DDP" if "DistributedDataParallel" in bases else "DP" if "DataParallel" in bases else None
+            if kind is not None:
+                inner = peel_self_returning(argument(expr, 0, "module"))
+                table[expr] = Wrapping(kind, expr, inner, None, None, None, model.scope(expr), model.order(expr))
+    return table[expr]
+
+
+def _converted_module(expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    expr = peel_self_returning(expr)
+    if not isinstance(expr, cst.Call) or not expr.args or expr.args[0].keyword is not None or expr.args[0].star:
+        return None
+    func = expr.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+    return expr.args[0].value if name in _CONVERTERS else None
 
 
 # `isinstance(m, nn.DataParallel)`, `isinstance(m, (DP, DDP))`, `hasattr(m, "module")`:
@@ -396,29 +465,87 @@ def checkpoint_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at
         text = repr(literal)
     else:
         text = f"`{model.code(expr)}`" if expr is not None else "?"
-    return CheckpointPath(literal, binding, text, literal if literal is not None else path_shape(model, expr, at))
+    shape = literal if literal is not None else path_shape(model, expr, at)
+    attribute = None
+    if binding is None and isinstance(expr, cst.Attribute):
+        root = expr
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        root_binding = model.binding_at(root.value, at) if isinstance(root, cst.Name) else None
+        if root_binding is not None:
+            attribute = (root_binding, model.code(expr))
+    return CheckpointPath(literal, binding, text, shape, literal is None and _temporary(model, expr, at, 3), attribute)
 
 
-def path_shape(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
+def _temporary(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> bool:
+    """The path is built from `tempfile` (`tempfile.gettempdir()`, `tmp.name` of a
+    `NamedTemporaryFile`, `tempfile.mkdtemp()`), following names."""
+    value, value_at, _ = resolve(model, expr, at)
+    stack = [value] if value is not None else []
+    if isinstance(expr, cst.Name):  # `with tempfile.NamedTemporaryFile() as handle:`
+        binding = model.binding_at(expr.value, at)
+        if binding is not None and isinstance(binding.node, cst.With):
+            stack.extend(item.item for item in binding.node.items)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and (model.qualified_name(node.func) or "").startswith("tempfile."):
+            return True
+        if isinstance(node, cst.Name) and depth > 0 and node is not value and _temporary(model, node, value_at, depth - 1):
+            return True
+        if isinstance(node, cst.Attribute) and depth > 0 and _temporary(model, node.value, value_at, depth - 1):
+            return True
+        if isinstance(node, (cst.Lambda, cst.BaseComp)):
+            continue
+        stack.extend(node.children)
+    return False
+
+
+def path_shape(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, outer=None) -> Optional[str]:
     """`f"{self.folder}/last.pt"` and `os.path.join(out, "last.pt")` -> "*/last.pt": the path
-    with computed parts as `*`, when its file name is literal and has an extension."""
-    parts = _shape_parts(model, expr, at, MAX_DEPTH)
+    with computed parts as `*`, when its file name says which file it is: a literal name with
+    an extension, or a name with a literal stem of at least 5 characters
+    (`"checkpoint_{}.tar".format(epoch)` -> "checkpoint_*.tar", `"/SENet" + "_valid_best"`).
+    `outer(name, at)` gives the parts of a parameter from the call being followed."""
+    parts = _shape_parts(model, expr, at, MAX_DEPTH, outer)
     if parts is None:
         return None
     shape = posixpath.normpath("".join(parts))
     name = shape.rsplit("/", 1)[-1]
-    if "*" in name or "." not in name.strip(".") or shape == name:
-        return None  # `f"{run}.pt"` or a bare file name: too common to tie two files together
+    if shape == name:
+        return None  # a bare file name: too common to tie two files together
+    named = "*" not in name and "." in name.strip(".")
+    stem = name.rsplit(".", 1)[0] if "." in name.strip(".") else name
+    if not named and len(stem.replace("*", "")) < 5:
+        return None  # `f"{run}.pt"`, `f"{out}/{epoch}"`: any file
     return shape
 
 
-def _shape_parts(model, expr, at, depth) -> Optional[list[str]]:
+_FORMAT_FIELD = re.compile(r"\{[^{}]*\}")
+
+
+def _shape_parts(model, expr, at, depth, outer=None) -> Optional[list[str]]:
     if expr is None or depth <= 0:
         return None
     literal = literal_path(model, expr, at)
     if literal is not None:
         return [literal]
     value, value_at, _ = resolve(model, expr, at)
+    if value is None and outer is not None:
+        parameter = _parameter_reached(model, expr, at)
+        parts = outer(parameter) if parameter is not None else None
+        if parts is not None:
+            return parts
+    if (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value == "format"
+        and isinstance(value.func.value, cst.SimpleString)
+    ):  # `"checkpoint_{}.tar".format(epoch)`
+        try:
+            template = literal_value(value.func.value)
+        except ValueError:
+            return None
+        return [_FORMAT_FIELD.sub("*", template)] if isinstance(template, str) else None
     if isinstance(value, cst.FormattedString):
         parts = []
         for part in value.parts:
@@ -429,15 +556,30 @@ def _shape_parts(model, expr, at, depth) -> Optional[list[str]]:
         for arg in value.args:
             if arg.star or arg.keyword is not None:
                 return None
-            part = _shape_parts(model, arg.value, value_at, depth - 1)
+            part = _shape_parts(model, arg.value, value_at, depth - 1, outer)
             pieces.append("".join(part) if part is not None else "*")
         return ["/".join(pieces)]
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):  # `out + "/last.pt"`
-        left = _shape_parts(model, value.left, value_at, depth - 1)
-        right = _shape_parts(model, value.right, value_at, depth - 1)
+        left = _shape_parts(model, value.left, value_at, depth - 1, outer)
+        right = _shape_parts(model, value.right, value_at, depth - 1, outer)
         return None if left is None or right is None else left + right
     if value is None or value is expr and not isinstance(value, (cst.SimpleString, cst.ConcatenatedString)):
         return ["*"]
+    return None
+
+
+def _parameter_reached(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
+    """The parameter a name (or a chain of names) holds: `out` for `path = out` ... `path`."""
+    for _ in range(MAX_DEPTH):
+        key = model.binding_key(expr, at) if expr is not None else None
+        binding = model.binding_at(key, at) if key is not None else None
+        if binding is None:
+            return None
+        if isinstance(binding.node, cst.Param):
+            return key
+        if binding.value is None:
+            return None
+        expr, at = binding.value, binding.node
     return None
 
 
@@ -493,6 +635,12 @@ class SavedParameter:
     keys: tuple[str, ...]
     path: CheckpointPath  # computed in the helper's file
     path_parameter: Optional[str] = None  # the path is this parameter: the caller's argument names it
+    save: Optional[cst.Call] = None  # the helper's torch.save call (its path is computed there)
+    # `torch.save(model.state_dict(), out)`: the helper saves the parameter's state dict (this
+    # call), not the parameter itself; `unwrapped` are the wrapper kinds ("DP", "DDP") that a
+    # test on the way unwraps first (`if isinstance(model, nn.DataParallel): ... else: <here>`).
+    state_dict_call: Optional[cst.Call] = None
+    unwrapped: frozenset = frozenset()
 
 
 _SAVED_PARAMETERS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
@@ -522,8 +670,41 @@ def _find_saved_parameters(model: SemanticModel, function: cst.FunctionDef, dept
         path = checkpoint_path(model, target, call)
         binding = model.binding_at(target.value, call) if isinstance(target, cst.Name) else None
         path_parameter = target.value if binding is not None and isinstance(binding.node, cst.Param) else None
-        for name, keys in _parameter_entries(model, argument(call, 0, "obj"), call, (), params, MAX_DEPTH):
-            yield SavedParameter(name, keys, path, path_parameter)
+        for name, keys, state_dict_call in _parameter_entries(model, argument(call, 0, "obj"), call, (), params, MAX_DEPTH):
+            unwrapped: Optional[frozenset] = frozenset()
+            if state_dict_call is not None:
+                unwrapped = _unwrapped_kinds(model, state_dict_call, name)
+                if unwrapped is None or unwrapped >= ALL_WRAPPER_KINDS:
+                    continue
+            yield SavedParameter(name, keys, path, path_parameter, call, state_dict_call, unwrapped)
+
+
+ALL_WRAPPER_KINDS = frozenset(WRAPPER_NAMES)
+_KIND_OF_CLASS = {"DataParallel": "DP", "DP": "DP", "DistributedDataParallel": "DDP", "DDP": "DDP"}
+_ISINSTANCE = re.compile(r"^isinstance\((\w+),(.+)\)$")
+_HASATTR_MODULE = re.compile(r"^hasattr\((\w+),['\"]module['\"]\)$")
+
+
+def _unwrapped_kinds(model: SemanticModel, at: cst.CSTNode, name: str) -> Optional[frozenset]:
+    """The wrapper kinds that the branch tests around `at` rule out for parameter `name`
+    (`not isinstance(model, nn.DataParallel)`: "DP"; `not hasattr(model, "module")`: all).
+    None when a test says it is a wrapper there (the code knows what it holds)."""
+    kinds: set = set()
+    for condition in path_at(model, at):
+        test = condition.test
+        match = _ISINSTANCE.match(test)
+        if match and match.group(1) == name:
+            classes = re.findall(r"[A-Za-z_][\w.]*", match.group(2))
+            tested = {_KIND_OF_CLASS.get(c.rsplit(".", 1)[-1]) for c in classes}
+            if condition.holds:
+                return None
+            kinds |= ALL_WRAPPER_KINDS if None in tested else tested
+        match = _HASATTR_MODULE.match(test)
+        if match and match.group(1) == name:
+            if condition.holds:
+                return None
+            kinds |= ALL_WRAPPER_KINDS
+    return frozenset(kinds)
 
 
 FORWARDED_OBJECT, FORWARDED_PATH = "*obj", "*f"  # torch.save's arguments, forwarded by `*args`
@@ -549,25 +730,46 @@ def _forwarded(call: cst.Call, name: str, bound: bool) -> Optional[cst.BaseExpre
 
 
 def _parameter_entries(model, expr, at, keys, params, depth):
-    """(parameter name, keys) for each parameter the saved object holds, directly or under literal keys."""
+    """(parameter name, keys, None) for each parameter the saved object holds, directly or
+    under literal keys; (parameter name, keys, the call) for each `parameter.state_dict()`."""
     if expr is None or depth <= 0:
         return
-    if isinstance(expr, cst.Name) and expr.value in params:
-        binding = model.binding_at(expr.value, at)
-        if binding is not None and isinstance(binding.node, cst.Param):
-            yield expr.value, keys
-            return
+    if _is_parameter(model, expr, at, params):
+        yield expr.value, keys, None
+        return
     value, value_at, _ = resolve(model, expr, at)
-    if isinstance(value, cst.Dict):
-        for element in value.elements:
-            if not isinstance(element, cst.DictElement):
-                continue
-            try:
-                key = literal_value(element.key)
-            except ValueError:
-                continue
-            if isinstance(key, str):
-                yield from _parameter_entries(model, element.value, value_at, keys + (key,), params, depth - 1)
+    method = method_call(value) if isinstance(value, cst.Call) else None
+    if method is not None and method[1] == "state_dict":
+        receiver = peel_self_returning(method[0])
+        if _is_parameter(model, receiver, value_at, params):
+            yield receiver.value, keys, value
+        return
+    for key, value, value_at, _ in _literal_items(model, expr, at):
+        yield from _parameter_entries(model, value, value_at, keys + (key,), params, depth - 1)
+
+
+def _is_parameter(model: SemanticModel, expr, at: cst.CSTNode, params: set) -> bool:
+    if not isinstance(expr, cst.Name) or expr.value not in params:
+        return False
+    binding = model.binding_at(expr.value, at)
+    return binding is not None and isinstance(binding.node, cst.Param)
+
+
+def _literal_items(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode):
+    """(key, value, where it was written, whether a name was followed) for each entry with a
+    literal string key of the dict display `expr` is or holds: `{"model": sd, "epoch": e}`."""
+    value, value_at, chain = resolve(model, expr, at)
+    if not isinstance(value, cst.Dict):
+        return
+    for element in value.elements:
+        if not isinstance(element, cst.DictElement):
+            continue
+        try:
+            key = literal_value(element.key)
+        except ValueError:
+            continue
+        if isinstance(key, str):
+            yield key, element.value, value_at, bool(chain)
 
 
 def enclosing_def(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -634,13 +836,16 @@ def _saved_through_helper(model: SemanticModel, call: cst.Call):
     """`Saver(out).dump(ddp.state_dict(), step)` / `save_checkpoint({"model": ddp.state_dict()})`:
     a wrapper's state dict handed to a function that saves that parameter."""
     candidates = [arg for arg in call.args if not arg.star]
-    if not any(_may_hold_state_dict(model, arg.value, call, 2) for arg in candidates):
-        return  # cheap: most calls hand over no state dict, and resolving callees costs
+    if not any(_may_hold_state_dict(model, arg.value, call, 2) or _may_be_wrapper(model, arg.value) for arg in candidates):
+        return  # cheap: most calls hand over no state dict or wrapper, and resolving callees costs
     target = called_function(model, call)
     if target is None:
         return
     other, function, bound = target
     for saved in saved_parameters(other, function):
+        if saved.state_dict_call is not None:
+            yield from _helper_saves_wrapper_parameter(model, call, other, function, bound, saved)
+            continue
         if saved.name == FORWARDED_OBJECT:
             passed = _forwarded(call, FORWARDED_OBJECT, bound)
             forwarded_path = _forwarded(call, FORWARDED_PATH, bound)
@@ -654,7 +859,7 @@ def _saved_through_helper(model: SemanticModel, call: cst.Call):
         passed = model.flow.parameter_argument(call, function, saved.name, bound)
         if passed is None or passed is _default_of(function, saved.name):
             continue
-        path = saved.path
+        path = _helper_path(model, call, other, function, bound, saved)
         if saved.path_parameter is not None:
             path_argument = model.flow.parameter_argument(call, function, saved.path_parameter, bound)
             if path_argument is not None and path_argument is _default_of(function, saved.path_parameter):
@@ -665,6 +870,63 @@ def _saved_through_helper(model: SemanticModel, call: cst.Call):
             entry.keys = entry.keys + saved.keys
             entry.through_helper = True
             yield entry
+
+
+def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
+    """A cheap test: the argument is a wrapper's construction, or spells a name a wrapper was
+    bound to (`model = DDP(model)`)."""
+    if not model.wrappings:
+        return False
+    expr = peel_self_returning(expr)
+    if any(w.call is expr for w in model.wrappings):
+        return True
+    return model.code(expr) in {w.wrapper_key for w in model.wrappings}
+
+
+def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: SavedParameter):
+    """`save_model(args, model, opt)` where `save_model` saves `model.state_dict()` and the
+    caller's `model` is a DataParallel/DDP wrapper on some path that reaches the call (of a
+    kind the helper does not unwrap first)."""
+    passed = model.flow.parameter_argument(call, function, saved.name, bound)
+    if passed is None or passed is _default_of(function, saved.name):
+        return
+    if wrapper_state_dict(other, saved.state_dict_call, saved.state_dict_call) is not None:
+        return  # the helper's own file sees the wrapper (its only caller passes one): reported there
+    paths = _wrapper_paths(model, passed, call)
+    if paths is None:
+        held = held_wrapper(model, passed, call)
+        wrappings = [held.wrapping] if held is not None else []
+    else:
+        wrappings = [wrapping for wrapping, _ in paths[1] if wrapping is not None]
+    wrappings = [w for w in wrappings if w.kind not in saved.unwrapped]
+    if not wrappings:
+        return
+    path = _helper_path(model, call, other, function, bound, saved)
+    state_dict = WrapperStateDict(saved.state_dict_call, passed, wrappings[0], (), False, saved.name, bool(saved.unwrapped))
+    yield SavedWrapperStateDict(call, path, saved.keys, state_dict, True, True)
+
+
+def _helper_path(model, call, other, function, bound, saved: SavedParameter) -> CheckpointPath:
+    """Where a helper's torch.save writes, with its parameters read from this call:
+    `def save_checkpoint(state, logdir, suffix=""): torch.save(state, logdir + "/SENet" +
+    suffix)` called with `suffix="_valid_best"` writes "*/SENet_valid_best"."""
+    if saved.save is None:
+        return saved.path
+    target = argument(saved.save, 1, "f")
+
+    def outer(name: str) -> Optional[list[str]]:
+        passed = model.flow.parameter_argument(call, function, name, bound)
+        if passed is None:
+            return None
+        if passed is _default_of(function, name):
+            return _shape_parts(other, passed, passed, MAX_DEPTH)
+        return _shape_parts(model, passed, call, MAX_DEPTH)
+
+    shape = path_shape(other, target, saved.save, outer)
+    if shape is None or shape == saved.path.shape:
+        return saved.path
+    literal = shape if "*" not in shape else None
+    return CheckpointPath(literal or saved.path.literal, None, repr(literal) if literal else f"`{shape}`", shape)
 
 
 def _may_hold_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> bool:
@@ -700,19 +962,8 @@ def _saved_entries(model, save, path, expr, at, keys, via_name, depth):
         reached_by_name = via_name or found.call is not expr
         yield SavedWrapperStateDict(save, path, keys, found, reached_by_name)
         return
-    value, value_at, chain = resolve(model, expr, at)
-    if isinstance(value, cst.Dict):
-        for element in value.elements:
-            if not isinstance(element, cst.DictElement):
-                continue
-            try:
-                key = literal_value(element.key)
-            except ValueError:
-                continue
-            if isinstance(key, str):
-                yield from _saved_entries(
-                    model, save, path, element.value, value_at, keys + (key,), via_name or bool(chain), depth - 1
-                )
+    for key, value, value_at, followed in _literal_items(model, expr, at):
+        yield from _saved_entries(model, save, path, value, value_at, keys + (key,), via_name or followed, depth - 1)
 
 
 def _loaded_checkpoint(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int = 3):

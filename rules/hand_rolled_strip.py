@@ -59,7 +59,10 @@ class HandRolledStrip(Rule):
     function in this file passes `"module."` for. Silent for other prefixes (`_orig_mod.` from
     `torch.compile`, `backbone.`), for a first-component drop that nothing ties to `module`,
     for a loop guarded by another prefix, and for a `module.` inside the key
-    (`k.startswith("backbone.module.")`: only a sub-module was wrapped, not the model).
+    (`k.startswith("backbone.module.")`: only a sub-module was wrapped, not the model). A
+    `replace` is not flagged in a file that wraps a sub-module in place (`model.encoder =
+    nn.DataParallel(model.encoder)`): its keys hold `encoder.module.`, which only `replace`
+    removes.
 
     ## Why is this bad?
     `str.lstrip` strips a set of characters, not a prefix: `"module.mlp.w".lstrip("module.")`
@@ -258,6 +261,8 @@ class HandRolledStrip(Rule):
             else:
                 if guarded and _replaces_once(node):
                     continue  # `k.replace("module.", "", 1)` under a prefix guard: correct
+                elif _wraps_submodule(model):
+                    continue  # `model.encoder = DP(model.encoder)`: keys hold `encoder.module.`, inside
                 else:
                     severity = Severity.WARNING
                     message = (
@@ -265,6 +270,22 @@ class HandRolledStrip(Rule):
                         f"`module` loses its name too); {USE_INSTEAD}"
                     )
             yield Violation(node, message, _fix(model, node, loop), severity=severity)
+
+
+def _wraps_submodule(model: SemanticModel) -> bool:
+    """This file wraps a sub-module in place (`model.encoder = nn.DataParallel(model.encoder)`),
+    so its checkpoints hold `module.` inside the keys (`encoder.module.conv.weight`), where only
+    `replace` reaches it. `self.model = DDP(self.model)` wraps a whole model."""
+    for wrapping in model.wrappings:
+        assign = model.parent(wrapping.call)
+        if not isinstance(assign, cst.Assign) or assign.value is not wrapping.call or wrapping.inner is None:
+            continue
+        inner = model.code(wrapping.inner)
+        for target in assign.targets:
+            key = model.code(target.target)
+            if key == inner and isinstance(target.target, cst.Attribute) and (not key.startswith("self.") or key.count(".") >= 2):
+                return True
+    return False
 
 
 def _guarded_message(code: str) -> str:

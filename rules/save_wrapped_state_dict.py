@@ -9,6 +9,18 @@ from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Viola
 from dplint.semantic import SemanticModel
 
 
+# A builder of this file returns the wrapper; it is held in an attribute and saved in another method.
+_BUILDER_LOOP = (
+    "import torch\nimport torch.nn as nn\n"
+    "def build(net):\n"
+    "    return nn.DataParallel(net).cuda()\n"
+    "class Loop:\n"
+    "    def __init__(self, net):\n"
+    "        self.model = build(net)\n"
+    "    def save(self):\n"
+)
+
+
 class SaveWrappedStateDict(Rule):
     """
     ## What it does
@@ -29,7 +41,18 @@ class SaveWrappedStateDict(Rule):
     A state dict handed to a function that saves that parameter counts as saved: a function or
     class method of this file or, when dplint checks a project, of the file it is imported
     from (`Saver(out).dump(ddp.state_dict(), step)` with `torch.save({"weights": weights, ...},
-    path)` in `dump`). The finding is on the `state_dict()` call, where the fix goes.
+    path)` in `dump`). The finding is on the `state_dict()` call, where the fix goes. So does a
+    wrapper handed to a function that saves the parameter's `state_dict()` (`save_model(model,
+    ...)` with `torch.save({"model": model.state_dict()}, f)`): reported where the wrapper is
+    handed over, or, when the helper unwraps some wrapper kinds but not this one (`if
+    isinstance(model, nn.DataParallel): ... else: torch.save(model.state_dict(), f)` given a
+    DistributedDataParallel), at the helper's `state_dict()` call. A project class derived
+    from `DataParallel` / `DistributedDataParallel` is that wrapper, and batch-norm
+    converters (`convert_sync_batchnorm(m)`, `convert_model(m)`) keep it.
+
+    Silent for a checkpoint in the temporary folder (`tempfile.gettempdir()`,
+    `NamedTemporaryFile`) that the file reads back only into a wrapper: it does not outlive the
+    run.
 
     ## Why is this bad?
     The wrapper keeps the model as its attribute `module`, so every key of its state dict
@@ -100,24 +123,8 @@ class SaveWrappedStateDict(Rule):
     INVALID = (
         # Returned by a builder of this file, held in an attribute, saved in another method.
         Example(
-            "import torch\nimport torch.nn as nn\n"
-            "def build(net):\n"
-            "    return nn.DataParallel(net).cuda()\n"
-            "class Loop:\n"
-            "    def __init__(self, net):\n"
-            "        self.model = build(net)\n"
-            "    def save(self):\n"
-            '        torch.save(self.model.state_dict(), "loop.pt")\n',
-            expected=(
-                "import torch\nimport torch.nn as nn\n"
-                "def build(net):\n"
-                "    return nn.DataParallel(net).cuda()\n"
-                "class Loop:\n"
-                "    def __init__(self, net):\n"
-                "        self.model = build(net)\n"
-                "    def save(self):\n"
-                '        torch.save(self.model.module.state_dict(), "loop.pt")\n'
-            ),
+            _BUILDER_LOOP + '        torch.save(self.model.state_dict(), "loop.pt")\n',
+            expected=_BUILDER_LOOP + '        torch.save(self.model.module.state_dict(), "loop.pt")\n',
         ),
         Example(
             "import torch\n"
@@ -164,7 +171,10 @@ class SaveWrappedStateDict(Rule):
         reported = set()
         for save in checkpoint_facts(model).saves:
             state_dict = save.state_dict
-            if state_dict.call in reported:
+            if state_dict.helper_parameter is not None:
+                yield from self._helper_parameter(model, save, reported)
+                continue
+            if state_dict.call in reported or _temporary_round_trip(model, save):
                 continue
             reported.add(state_dict.call)
             receiver = model.code(state_dict.receiver)
@@ -185,6 +195,34 @@ class SaveWrappedStateDict(Rule):
             yield Violation(state_dict.call, message, None if conditional else self._fix(model, save, receiver))
 
     @staticmethod
+    def _helper_parameter(model: SemanticModel, save: SavedWrapperStateDict, reported: set) -> Iterator[Violation]:
+        """A wrapper handed to a helper that saves its parameter's `state_dict()`: reported in
+        the helper when it unwraps other wrapper kinds (its test is what to mend), else where
+        the wrapper is handed over."""
+        state_dict = save.state_dict
+        node = state_dict.call if state_dict.helper_unwraps else state_dict.receiver
+        if node in reported:
+            return
+        reported.add(node)
+        kind = wrapper_kind_name(state_dict.wrapping)
+        parameter = state_dict.helper_parameter
+        helper = model.code(save.save.func)
+        if state_dict.helper_unwraps:
+            message = (
+                f"`{parameter}.state_dict()` is saved as is when `{parameter}` is a {kind}, which the test above "
+                f"does not unwrap (`{helper}(...)` passes one): every key starts with `module.`, so the checkpoint "
+                f"does not load into a bare model; unwrap every wrapper kind (`{parameter}.module` when "
+                f'`hasattr({parameter}, "module")`)'
+            )
+        else:
+            message = (
+                f"`{helper}(...)` saves `{parameter}.state_dict()`, and `{model.code(state_dict.receiver)}` is a {kind} "
+                "here: every key starts with `module.`, so the checkpoint does not load into a bare model "
+                f"(`Unexpected key(s) in state_dict: \"module.…`); pass the unwrapped model (`.module` when wrapped)"
+            )
+        yield Violation(node, message, None)
+
+    @staticmethod
     def _fix(model: SemanticModel, save: SavedWrapperStateDict, receiver: str) -> Optional[Fix]:
         edits = [Edit(save.state_dict.receiver, f"{receiver}.module")]
         loads_into_wrapper = 0
@@ -203,3 +241,12 @@ class SaveWrappedStateDict(Rule):
             f"Save `{receiver}.module.state_dict()`" + (" and load it back through `.module`" if loads_into_wrapper else ""),
             tuple(edits),
         )
+
+
+def _temporary_round_trip(model: SemanticModel, save: SavedWrapperStateDict) -> bool:
+    """A checkpoint in the temporary folder that this file reads back only into a wrapper (or
+    not at all): it does not outlive the run, so no bare model ever loads its keys."""
+    if not save.path.temporary:
+        return False
+    facts = checkpoint_facts(model)
+    return all(load.target_is_wrapper is not None for load in facts.loads if save in facts.wrapper_saves_of(load.loaded))

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from dplint.checkpoints import StateDictLoad, checkpoint_facts, literal_key, name_is_read
+from dplint.checkpoints import StateDictLoad, called_function, checkpoint_facts, literal_key, name_is_read
 from dplint.rule import Applicability, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, method_call
 
@@ -25,13 +25,18 @@ class StrictFalseLoad(Rule):
     set(model.state_dict()) - set(sd)`, a log of the keys not in the model), or a loop that
     fills the state dict looks the model's keys up (`meta = model.state_dict()` ... `for name,
     t in full.items(): sd[name] = shard(t, meta.get(name))`), or a helper named for keys gets
-    the model and the dict first (`check_keys(model, sd)`), or a helper gets the dict and the
+    the model and the dict first (`check_keys(model, sd)`), or a function of this file or the
+    project, given the dict, compares it with the model's own keys (`self.check_keys(sd)` whose
+    body takes `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the
     model's own state dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
     in ["head.weight"]: ...`) is not a comparison. Silent for a module's live `state_dict()`
-    (`teacher.load_state_dict(student.state_dict(), strict=False)`) and for published weights
+    or a copy of it (`teacher.load_state_dict(deepcopy(student.state_dict()), strict=False)`),
+    and for published weights
     from a fixed URL (`load_url(model_urls["resnet50"])`, a literal URL), whose keys are known;
     a URL the user passes is not fixed. Silent in a model factory's pretrained branch (under
-    an `if pretrained:` test, or in a function with a `pretrained` parameter): loading
+    an `if pretrained:` test, or in a function with a `pretrained` parameter, unless the load
+    sits under a test of another parameter that the function hands to `torch.load`: `if
+    resume_path:` is the caller's checkpoint): loading
     published weights without their head is what `strict=False` is for there. Silent too when
     `strict` is not literally False.
 
@@ -134,8 +139,42 @@ def _pretrained_initialisation(model: SemanticModel, call: cst.Call) -> bool:
         if isinstance(ancestor, cst.FunctionDef):
             params = ancestor.params
             names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
-            return any("pretrain" in name.lower() for name in names)
+            return any("pretrain" in name.lower() for name in names) and not _resume_branch(model, call, ancestor, names)
     return False
+
+
+def _resume_branch(model: SemanticModel, call: cst.Call, function: cst.FunctionDef, names: list[str]) -> bool:
+    """The load sits under a test of another parameter that the function hands to `torch.load`
+    (`if resume_path: checkpoint = torch.load(resume_path)`): a checkpoint the caller chooses,
+    not the factory's published weights."""
+    others = {name for name in names if "pretrain" not in name.lower()}
+    tested = set()
+    child: cst.CSTNode = call
+    for ancestor in model.ancestors(call):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            tested |= {node.value for node in _names_in(ancestor.test) if node.value in others}
+        child = ancestor
+    if not tested:
+        return False
+    for site in model.calls:
+        if site.qualified_name != "torch.load" or function not in model.ancestors(site.node):
+            continue
+        path = argument(site.node, 0, "f")
+        if isinstance(path, cst.Name) and path.value in tested:
+            return True
+    return False
+
+
+def _names_in(node: cst.CSTNode) -> list[cst.Name]:
+    found, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            found.append(current)
+        stack.extend(current.children)
+    return found
 
 
 def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
@@ -170,6 +209,8 @@ def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
             call = model.parent(model.parent(node))
             if isinstance(call, cst.Call) and _is_key_check(model, call, target):
                 return True  # `check_keys(model, pretrained)` right before the load
+            if isinstance(call, cst.Call) and _helper_compares_keys(model, call, load.target):
+                return True  # `self.check_keys(pretrained)` whose body compares with `self.net.state_dict()`
             if isinstance(call, cst.Call) and any(_is_own_state_dict(model, arg.value, load.target) for arg in call.args):
                 return True  # `sd = intersect_dicts(sd, model.state_dict())`: filtered by the model's keys
     return False
@@ -199,8 +240,16 @@ def _live_state_dict(model: SemanticModel, expr, at) -> bool:
     """`teacher.load_state_dict(student.module.state_dict(), strict=False)`: a module's own
     state dict in this process, not a checkpoint."""
     value = model.value_at(expr, at)
+    while isinstance(value, cst.Call) and value.args and _copies(model, value):
+        value = value.args[0].value  # `deepcopy(student.state_dict())`: a copy is as live
     method = method_call(value) if isinstance(value, cst.Call) else None
     return method is not None and method[1] == "state_dict"
+
+
+def _copies(model: SemanticModel, call: cst.Call) -> bool:
+    """`copy.deepcopy(x)`, `deepcopy(x)`, `copy.copy(x)`, `dict(x)`, `OrderedDict(x)`."""
+    name = model.qualified_name(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
+    return name.rsplit(".", 1)[-1] in ("deepcopy", "copy", "dict", "OrderedDict")
 
 
 def _compares_keys(model: SemanticModel, node: cst.CSTNode, target: cst.BaseExpression, own_names: set[str]) -> bool:
@@ -241,6 +290,31 @@ def _is_key_check(model: SemanticModel, call: cst.Call, target: str) -> bool:
     func = call.func
     name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
     return "key" in str(name).lower() and any(model.code(arg.value) == target for arg in call.args)
+
+
+def _helper_compares_keys(model: SemanticModel, call: cst.Call, target: cst.BaseExpression) -> bool:
+    """A function of this file or the project, given the state dict, that compares its keys
+    with the load target's own (`def check_keys(self, sd): model_keys = set(self.net
+    .state_dict().keys()); missing = model_keys - set(sd.keys())`): the target is `self.x` of
+    the same instance, or a parameter the call fills with the target."""
+    found = called_function(model, call)
+    if found is None:
+        return False
+    other, function, bound = found
+    wanted = model.code(target)
+    targets = []
+    if bound and wanted.startswith("self.") and isinstance(call.func, cst.Attribute) and model.code(call.func.value) == "self":
+        targets.append(wanted)
+    params = [p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)]
+    for name in params:
+        passed = model.flow.parameter_argument(call, function, name, bound)
+        if passed is not None and model.code(passed) == wanted:
+            targets.append(name)
+    for own in targets:
+        receiver = cst.parse_expression(own)
+        if _compares_keys(other, function.body, receiver, set()):
+            return True
+    return False
 
 
 def _loops_around(model: SemanticModel, node: cst.CSTNode, load: cst.Call) -> list[cst.CSTNode]:

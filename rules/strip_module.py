@@ -59,13 +59,20 @@ class StripModule(Rule):
     comes from a checkpoint path that this file (or, when dplint checks several files in one
     run, another file) saved a wrapper's `state_dict()` to.
 
-    Checkpoints are matched by path: a literal (or `os.path.join` of literals) in one file;
-    across files also by the path's shape when its file name is literal (`f"{out}/last.pt"`
-    and `os.path.join(ckpt_dir, "last.pt")` are both `*/last.pt`), and by the literal keys
-    inside the saved dict. The save and the load may go through helpers: a function or method
-    that `torch.save`s its parameter, one that returns `torch.load(...)`, in this file or in
-    the project file it is imported from. The wrapper is judged per path (see
-    `save-wrapped-state-dict`): a load on the branch where the model is bare is not flagged.
+    Checkpoints are matched by path: a literal (or `os.path.join` of literals), the same
+    variable, or the same attribute of the same object (`handle.name`) in one file; across
+    files, and inside one file when the path is computed, by the path's shape when its file
+    name says which file it is (`f"{out}/last.pt"` and `os.path.join(ckpt_dir, "last.pt")` are
+    both `*/last.pt`; `"checkpoint_{}.tar".format(epoch)` is `checkpoint_*.tar`; a name with a
+    literal stem of at least 5 characters, such as `log_dir + "/segnet" + suffix` called with
+    `suffix="_best"`), and by the literal keys inside the saved dict. The save and the load may
+    go through helpers: a function or method that `torch.save`s its parameter or the
+    parameter's `state_dict()` (its path read with the caller's arguments), one that returns
+    `torch.load(...)`, in this file or in the project file it is imported from. The wrapper is
+    judged per path (see `save-wrapped-state-dict`): a load on the branch where the model is
+    bare is not flagged. Silent when no save of the project writes a wrapper's state dict to a
+    path of that shape (a checkpoint the user passes, a download), or when the path's file name
+    is computed (`f"{run}.pt"`).
 
     ## Why is this bad?
     A wrapper keeps the model as its attribute `module`, so every key of its state dict starts
@@ -328,7 +335,14 @@ class StripModule(Rule):
                 saved.setdefault((save["path"], tuple(save["keys"])), []).append((path, save))
         for path in sorted(facts_by_path):
             for load in facts_by_path[path].get("loads", ()):
-                savers = [(file, save) for file, save in saved.get((load["path"], tuple(load["keys"])), ()) if file != path]
+                # The saver may be this file too when the path is computed (`*` in its shape: in
+                # a helper, or in another function with another variable); a literal path in
+                # one file is matched by `check`.
+                savers = sorted(
+                    ((file, save) for file, save in saved.get((load["path"], tuple(load["keys"])), ())
+                     if file != path or "*" in save["path"]),
+                    key=lambda found: found[0] == path,
+                )
                 if not savers:
                     continue
                 file, save = savers[0]

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.checkpoints import TORCH_SAVE
-from dplint.distributed import Route, enclosing_function, every_rank_reaches, is_multi_process, mentions_rank, passed_for
+from dplint.checkpoints import TORCH_SAVE, called_function
+from dplint.distributed import (
+    Route,
+    enclosing_function,
+    every_rank_reaches,
+    is_multi_process,
+    is_rank_guarded,
+    mentions_rank,
+    passed_for,
+)
 from dplint.rule import Example, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument
+from dplint.semantic import SemanticModel, argument, literal_value
 
 # Targets that are private to the process that opens them: nothing is shared.
 PRIVATE_TARGETS = ("io.", "tempfile.")
@@ -39,6 +48,15 @@ class UnguardedRankSave(Rule):
     A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`) or to an in-memory
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`).
+
+    When dplint checks a project, a plain function of another project file that this file
+    calls on every rank (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)
+    is followed too: a `torch.save` in it that no guard inside the function covers is
+    reported there. Methods called on instances are not followed. An `if` in the function
+    that tests only a parameter the call fills with a literal (or leaves at its default) is
+    decided by it: `if model is not None:` is skipped when the call passes no model, and
+    `if local_rank > -1:` (`else:` saves) guards nothing when the call leaves `local_rank=-1`;
+    such a finding is on the call, where the rank is missing.
 
     ## Why is this bad?
     Every rank opens the same path and writes it at once. `torch.save` writes the file in
@@ -173,8 +191,10 @@ class UnguardedRankSave(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         saves = [site.node for site in model.calls if site.qualified_name == TORCH_SAVE]
-        if not saves or not is_multi_process(model):
+        helpers = _project_save_helpers(model)
+        if not (saves or helpers) or not is_multi_process(model):
             return
+        yield from _saves_in_project_helpers(model, helpers)
         for save in saves:
             if _target_is_per_rank(model, save):
                 continue
@@ -188,6 +208,141 @@ class UnguardedRankSave(Rule):
                     "the same file at once, in place, so the checkpoint can silently mix tensors "
                     "of different ranks or fail to load; save on one rank "
                     "(`if dist.get_rank() == 0:`) and `dist.barrier()` before others read it"
+                ),
+            )
+
+
+def _project_save_helpers(model: SemanticModel) -> list[tuple[cst.Call, SemanticModel, cst.FunctionDef]]:
+    """Calls of plain functions of other project files whose text holds `torch.save`
+    (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)."""
+    project = getattr(model, "project", None)
+    if project is None:
+        return []
+    found = []
+    for site in model.calls:
+        name = site.qualified_name
+        if name is None or name.startswith(("torch.", "builtins.")) or "." not in name and name not in model.imports:
+            continue
+        try:
+            if not project.mentions(name, model, ("torch.save",)):
+                continue
+        except Exception:
+            continue
+        target = called_function(model, site.node)
+        if target is None or target[0] is model or target[2]:
+            continue  # this file's functions are followed by every_rank_reaches; methods are left out
+        found.append((site.node, target[0], target[1]))
+    return found
+
+
+_COMPARE = {
+    cst.GreaterThan: operator.gt, cst.LessThan: operator.lt, cst.GreaterThanEqual: operator.ge,
+    cst.LessThanEqual: operator.le, cst.Equal: operator.eq, cst.NotEqual: operator.ne,
+    cst.Is: operator.is_, cst.IsNot: operator.is_not,
+}
+_UNKNOWN = object()
+
+
+def _argument_value(model: SemanticModel, call: cst.Call, function: cst.FunctionDef, name: str):
+    """The literal a call passes for a parameter (or its default); _UNKNOWN otherwise."""
+    passed = model.flow.parameter_argument(call, function, name, False)
+    if isinstance(passed, cst.Name) and passed.value in ("None", "True", "False"):
+        return {"None": None, "True": True, "False": False}[passed.value]
+    try:
+        return literal_value(passed) if passed is not None else _UNKNOWN
+    except ValueError:
+        return _UNKNOWN
+
+
+def _decided(model: SemanticModel, test: cst.BaseExpression, call: cst.Call, function: cst.FunctionDef, params: set):
+    """True/False when the test depends only on a parameter that this call fills with a
+    literal (`if model is not None:` with `model` left at None; `if local_rank > -1:` with the
+    default -1); None when it cannot tell."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _decided(model, test.expression, call, function, params)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Name) and test.value in params:
+        value = _argument_value(model, call, function, test.value)
+        return None if value is _UNKNOWN else bool(value)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name):
+        compare = _COMPARE.get(type(test.comparisons[0].operator))
+        right = test.comparisons[0].comparator
+        if compare is None or test.left.value not in params:
+            return None
+        value = _argument_value(model, call, function, test.left.value)
+        if isinstance(right, cst.Name) and right.value == "None":
+            other = None
+        else:
+            try:
+                other = literal_value(right)
+            except ValueError:
+                return None
+        if value is _UNKNOWN:
+            return None
+        try:
+            return bool(compare(value, other))
+        except TypeError:
+            return None
+    return None
+
+
+def _reach(caller: SemanticModel, call: cst.Call, other: SemanticModel, function: cst.FunctionDef, save: cst.Call):
+    """(whether the call can reach the save, whether a rank guard the call leaves in force
+    covers it, whether the call's arguments decided a test): `if` tests of the helper decided by the call's literal arguments are taken or
+    skipped as the call makes them, and do not guard."""
+    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
+    decided_any = False
+    guarded = False
+    child: cst.CSTNode = save
+    for ancestor in other.ancestors(save):
+        if ancestor is function:
+            break
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            decided = _decided(caller, ancestor.test, call, function, params)
+            if decided is not None:
+                decided_any = True
+                if decided != (child is ancestor.body):
+                    return False, False, True
+            elif mentions_rank(other, ancestor.test):
+                guarded = True
+        child = ancestor
+    if not decided_any:
+        guarded = is_rank_guarded(other, save)
+    return True, guarded, decided_any
+
+
+def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violation]:
+    """A `torch.save` that nothing guards inside a function of another project file, called
+    on every rank from here: reported in that file, where the guard goes."""
+    for call, other, function in helpers:
+        if every_rank_reaches(model, call) is None:
+            continue
+        for site in other.calls:
+            save = site.node
+            if site.qualified_name != TORCH_SAVE or enclosing_function(other, save) is not function:
+                continue
+            reached, guarded, decided = _reach(model, call, other, function, save)
+            if not reached or guarded or _target_is_per_rank(other, save):
+                continue
+            if decided:  # the helper's own test would guard it: the call's arguments skip it
+                yield Violation(
+                    node=call,
+                    message=(
+                        f"every rank runs this call, and with these arguments `{function.name.value}()` reaches "
+                        f"its `torch.save` (line {other.position(save)[0].line} of its file) past its rank test: all "
+                        "processes write the same file at once, in place, so the checkpoint can silently mix "
+                        "tensors of different ranks or fail to load; call it on one rank (`if dist.get_rank() "
+                        "== 0:`) or pass the rank it tests"
+                    ),
+                )
+                continue
+            yield Violation(
+                node=save,
+                message=(
+                    f"every rank runs this `torch.save`: `{function.name.value}()` is called on every rank by "
+                    "another file of the project, so all processes write the same file at once, in place, and "
+                    "the checkpoint can silently mix tensors of different ranks or fail to load; save on one "
+                    "rank (`if dist.get_rank() == 0:`, at the call or here) and `dist.barrier()` before others read it"
                 ),
             )
 

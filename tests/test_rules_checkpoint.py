@@ -381,8 +381,10 @@ def test_save_wrapped_of_a_parameter_whose_only_caller_passes_a_wrapper():
         "    save(DDP(net), 'a.pt')\n"
     )
     assert found(code, ["DPL006"]) == [(4, 16, "DPL006", "warning")]
+    # Callers differ: the helper's parameter is not known there, but the hand-over of the
+    # wrapper to a function that saves its state_dict() is.
     two_callers = code + "    save(net, 'b.pt')\n"
-    assert found(two_callers, ["DPL006"]) == []
+    assert found(two_callers, ["DPL006"]) == [(6, 10, "DPL006", "warning")]
 
 
 def test_strict_false_load_unrelated_statement_before_is_not_a_check():
@@ -499,16 +501,11 @@ def test_save_wrapped_on_the_wrapped_branch_is_fixable():
 
 
 def test_save_wrapped_through_a_builder_and_an_attribute():
+    from dplint.rules.save_wrapped_state_dict import _BUILDER_LOOP  # the rule's own example setup
+
     code = (
-        "import torch\n"
-        "import torch.nn as nn\n"
-        "def build(net):\n"
-        "    return nn.DataParallel(net).cuda()\n"
-        "class Loop:\n"
-        "    def __init__(self, net):\n"
-        "        self.model = build(net)\n"
-        "    def save(self):\n"
-        "        torch.save(self.model.state_dict(), 'loop.pt')\n"
+        _BUILDER_LOOP
+        + "        torch.save(self.model.state_dict(), 'loop.pt')\n"
         "wrapped = build(nn.Linear(2, 2))\n"
         "torch.save({'model': wrapped.state_dict()}, 'b.pt')\n"
     )
@@ -872,3 +869,140 @@ def test_strip_module_example_raises_before_and_runs_after_the_fix(tmp_path, mon
     with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "module\.weight"'):
         exec(compile(example.code, "before.py", "exec"), {})
     exec(compile(example.expected, "after.py", "exec"), {})
+
+
+# ---------------------------------------------------------------- helpers, shapes, temporary files
+@pytest.mark.parametrize(
+    "expr, expected",
+    [
+        ('os.path.join(out, "checkpoint_{}.tar".format(epoch))', "*/checkpoint_*.tar"),
+        ('log_dir + "/segnet_best"', "*/segnet_best"),
+        ('f"{out}/{epoch}"', None),  # the file name says nothing
+        ('f"{out}/ep_{epoch}.pt"', None),  # a stem of 3 characters: too common
+        ('os.path.join(out, "{}.pt".format(epoch))', None),
+    ],
+)
+def test_path_shapes_of_formatted_and_extensionless_names(expr, expected):
+    from dplint.checkpoints import path_shape
+
+    model = model_of(f"import os\np = {expr}\n")
+    assign = model.module.body[1].body[0]
+    assert path_shape(model, assign.value, assign) == expected
+
+
+def test_helper_path_is_read_with_the_callers_arguments():
+    code = (
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "def write_state(state, log_dir, suffix=''):\n"
+        "    torch.save(state, log_dir + '/segnet' + suffix)\n"
+        "def fit(log_dir):\n"
+        "    net = nn.DataParallel(nn.Linear(2, 2))\n"
+        "    write_state({'weights': net.state_dict()}, log_dir, suffix='_best')\n"
+    )
+    (save,) = checkpoint_facts(model_of(code)).saves
+    assert (save.path.shape, save.keys, save.through_helper) == ("*/segnet_best", ("weights",), True)
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        # Unwraps DataParallel only: a DDP reaches the else branch.
+        ("    if isinstance(net, nn.DataParallel):\n        torch.save(net.module.state_dict(), 'w.pt')\n"
+         "    else:\n        torch.save(net.state_dict(), 'w.pt')\n", [(8, 20, "DPL006", "warning")]),
+        # Any wrapper is unwrapped.
+        ("    if hasattr(net, 'module'):\n        torch.save(net.module.state_dict(), 'w.pt')\n"
+         "    else:\n        torch.save(net.state_dict(), 'w.pt')\n", []),
+        ("    if isinstance(net, (nn.DataParallel, DDP)):\n        net = net.module\n"
+         "    torch.save(net.state_dict(), 'w.pt')\n", []),
+    ],
+)
+def test_helper_that_saves_a_parameters_state_dict(body, expected):
+    code = (
+        "import torch\nimport torch.nn as nn\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        f"def store(net):\n{body}"
+        "def run(rank):\n"
+        "    store(DDP(nn.Linear(2, 2).cuda(rank), device_ids=[rank]))\n"
+    )
+    assert found(code, ["DPL006"]) == expected
+
+
+def test_wrapper_handed_to_a_plain_saving_helper_is_reported_at_the_hand_over():
+    code = (
+        "import torch\nimport torch.nn as nn\n"
+        "def save_model(model, path):\n"
+        "    torch.save({'model': model.state_dict()}, path)\n"
+        "net = nn.DataParallel(nn.Linear(2, 2))\n"
+        "save_model(net, 'm.pt')\n"
+        "save_model(net.module, 'inner.pt')\n"
+    )
+    (finding,) = lint(code, select=["DPL006"])
+    assert (finding.location.row, finding.location.column) == (6, 12)
+    assert "`save_model(...)` saves `model.state_dict()`, and `net` is a DataParallel here" in finding.message
+
+
+def test_project_dataparallel_subclass_and_batchnorm_converter_keep_the_wrapper():
+    code = (
+        "import torch\nimport torch.nn as nn\n"
+        "class CallbackParallel(nn.DataParallel):\n    pass\n"
+        "net = CallbackParallel(nn.Linear(2, 2))\n"
+        "torch.save(net.state_dict(), 'a.pt')\n"
+        "other = nn.DataParallel(nn.Linear(2, 2))\n"
+        "other = nn.SyncBatchNorm.convert_sync_batchnorm(other)\n"
+        "torch.save(other.state_dict(), 'b.pt')\n"
+    )
+    assert [row for row, *_ in found(code, ["DPL006"])] == [6, 9]
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("os.path.join(tempfile.gettempdir(), 'sync.ckpt')", []),
+        ("tempfile.mkdtemp() + '/sync.ckpt'", []),
+        ("os.path.join(out_dir, 'sync.ckpt')", [(7, 16, "DPL006", "warning")]),
+    ],
+)
+def test_temporary_round_trip_into_the_wrapper_is_silent(path, expected):
+    code = (
+        "import os\nimport tempfile\nimport torch\nimport torch.nn as nn\n"
+        "def sync(out_dir):\n"
+        "    ddp = nn.DataParallel(nn.Linear(2, 2))\n"
+        f"    torch.save(ddp.state_dict(), {path})\n"
+        f"    ddp.load_state_dict(torch.load({path}))\n"
+    )
+    assert found(code, ["DPL006"]) == expected
+
+
+def test_strict_false_silent_when_a_method_compares_the_keys_with_the_target():
+    code = (
+        "import torch\nimport torch.nn as nn\n"
+        "class Detector:\n"
+        "    def __init__(self, path):\n"
+        "        self.net = nn.Linear(2, 2)\n"
+        "        sd = torch.load(path)\n"
+        "        self.{helper}(sd)\n"
+        "        self.net.load_state_dict(sd, strict=False)\n"
+        "    def compare(self, sd):\n"
+        "        print(set(self.net.state_dict()) - set(sd))\n"
+        "    def count(self, sd):\n"
+        "        print(len(sd))\n"
+    )
+    assert found(code.replace("{helper}", "compare"), ["DPL005"]) == []
+    assert [row for row, *_ in found(code.replace("{helper}", "count"), ["DPL005"])] == [8]
+
+
+def test_hand_rolled_replace_silent_where_a_submodule_is_wrapped_in_place():
+    loop = "sd = {k.replace('module.', ''): v for k, v in torch.load('m.pt').items()}\n"
+    head = "import torch\nimport torch.nn as nn\nmodel = Net()\n"
+    assert found(head + "model.encoder = nn.DataParallel(model.encoder)\n" + loop, ["DPL013"]) == []
+    assert [row for row, *_ in found(head + "model = nn.DataParallel(model)\n" + loop, ["DPL013"])] == [5]
+
+
+def test_strict_false_silent_for_a_copy_of_a_live_state_dict():
+    code = (
+        "import copy\nimport torch.nn as nn\n"
+        "a, b = nn.Linear(2, 2), nn.Linear(2, 2)\n"
+        "b.load_state_dict(copy.deepcopy(a.state_dict()), strict=False)\n"
+        "b.load_state_dict(dict(a.state_dict()), strict=False)\n"
+    )
+    assert found(code, ["DPL005"]) == []
