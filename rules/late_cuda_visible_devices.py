@@ -21,7 +21,9 @@ from dplint.cuda import (
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 
-RANK = {IMPORT: 1, MAY_INIT: 2, INIT: 3}
+# How serious what ran before the write is: CUDA certainly initialised first, then on some
+# paths, then "may initialise" (device_count, torch.load), then a mere import.
+RANK = {(INIT, True): 5, (INIT, False): 4, (MAY_INIT, True): 3, (MAY_INIT, False): 2, (IMPORT, True): 1, (IMPORT, False): 1}
 
 
 class LateCudaVisibleDevices(Rule):
@@ -174,26 +176,24 @@ class LateCudaVisibleDevices(Rule):
         timeline = CudaTimeline(model)
         for write in writes:
             event = self._latest_fact(model, timeline, write)
-            if event is None or starts_process_after(model, write.node):
-                continue
-            line = model.position(event.node)[0].line
-            if event.kind == INIT:
-                message = (
-                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} (line {line}) initialised CUDA: "
-                    "the CUDA driver reads it once, at initialisation, so this value is ignored and the "
-                    "process keeps the GPUs it saw; set it before `import torch`"
-                )
-            elif event.kind == MAY_INIT:
-                message = (
-                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} (line {line}), which "
-                    "initialises CUDA where NVML is unavailable, and then this value is ignored; "
-                    "set it before `import torch`"
-                )
-            else:
+            if event is None or event.kind == IMPORT or starts_process_after(model, write.node):
                 # Only `import torch` before the write: torch 2.13 does not initialise CUDA on
                 # import, so the value takes effect. Real code does this everywhere; say nothing.
                 continue
-            severity = Severity.ERROR if event.kind == INIT else Severity.WARNING
+            line = model.position(event.node)[0].line
+            some = "" if event.certain else " on the paths that run it"
+            if event.kind == INIT:
+                message = (
+                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} ({event.via}line {line}) initialised CUDA{some}: "
+                    "the CUDA driver reads it once, at initialisation, so this value is ignored and the "
+                    "process keeps the GPUs it saw; set it before `import torch`"
+                )
+            else:
+                message = (
+                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} ({event.via}line {line}), which {event.why}"
+                    f"{some}; then this value is ignored; set it before `import torch`"
+                )
+            severity = Severity.ERROR if event.kind == INIT and event.certain else Severity.WARNING
             spawn = conditional_process_start_after(model, write.node)
             if spawn is not None:
                 severity = Severity.WARNING  # right for the children, wrong for this process
@@ -211,7 +211,7 @@ class LateCudaVisibleDevices(Rule):
         found = None
         for state in timeline.states(model.statement_of(write.node)):
             for event in state + inputs:
-                if found is None or RANK[event.kind] > RANK[found.kind]:
+                if found is None or RANK[event.kind, event.certain] > RANK[found.kind, found.certain]:
                     found = event
         return found
 
