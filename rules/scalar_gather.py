@@ -418,18 +418,21 @@ def _data_parallel_constructions(model: SemanticModel, call: cst.Call) -> list[t
     wrapping = held_wrapper(model, call.func)
     if wrapping is not None and wrapping.kind == "DP" and _single_device(model, wrapping):
         return []  # `device_ids` seen from this call (a factory's parameter mapped to its argument)
-    found = []
+    found, wrappers = [], 0
     for value in model.flow.values_at(call.func, call):
         built = value.expr
         if not value.known or not isinstance(built, cst.Call):
             continue
         cmodel = value.model
-        name = cmodel.qualified_name(built.func)
-        if name in GATHERING_DATA_PARALLEL or (wrapper_kind(cmodel, built.func) == "DP" and not _overrides_gather(cmodel, built)):
+        gathers = cmodel.qualified_name(built.func) in GATHERING_DATA_PARALLEL
+        if not gathers and wrapper_kind(cmodel, built.func) is not None:
+            wrappers += 1
+            gathers = wrapper_kind(cmodel, built.func) == "DP" and not _overrides_gather(cmodel, built)
+        if gathers:
             device_ids = cmodel.value_at(argument(built, 1, "device_ids"), built)
             if not (isinstance(device_ids, (cst.List, cst.Tuple)) and len(device_ids.elements) == 1):
                 found.append((cmodel, argument(built, 0, "module"), built))
-    if not found:
+    if not found and not wrappers:
         # Factories and parameters the flow model does not follow (see `held_wrapper`).
         if wrapping is not None and wrapping.kind == "DP":
             found.append((model, wrapping.inner, wrapping.call))

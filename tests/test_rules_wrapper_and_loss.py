@@ -336,3 +336,65 @@ def test_static_path_never_imports_torch():
 
     completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
+
+
+# ------------------------------------------------------------------ DPL012 scalar-gather
+LOSS_NET = (
+    "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+    "class Net(nn.Module):\n"
+    "    def forward(self, x, y):\n"
+    "        return {returns}\n"
+)
+
+
+class TestScalarGatherParts:
+    def test_an_element_of_a_returned_tuple(self):
+        code = LOSS_NET.format(returns="F.l1_loss(x, y), x") + (
+            "dp = nn.DataParallel(Net())\nloss, out = dp(x, y)\nloss.backward()\n"
+        )
+        assert found(code, "DPL012") == [(8, 13)]
+        assert fixed(code, "DPL012") == code  # a tuple has no `.mean()`: reported, not fixed
+        per_sample = LOSS_NET.format(returns="x, F.l1_loss(x, y)") + (
+            "dp = nn.DataParallel(Net())\nloss, out = dp(x, y)\nloss.backward()\n"
+        )
+        assert found(per_sample, "DPL012") == []  # element 0 is the batch: proven not a loss
+
+    def test_a_dict_entry_is_reported_where_it_is_taken(self):
+        code = LOSS_NET.format(returns="{'loss': F.mse_loss(x, y), 'out': x}") + (
+            "dp = nn.DataParallel(Net())\nout = dp(x, y)\nloss = out['loss']\nloss.backward()\n"
+        )
+        assert found(code, "DPL012") == [(9, 8)]
+
+    def test_reduced_on_some_path_is_left_to_the_author(self):
+        code = LOSS_NET.format(returns="F.mse_loss(x, y)") + (
+            "dp = nn.DataParallel(Net())\nloss = dp(x, y)\nif n_gpu > 1:\n    loss = loss.mean()\nloss.backward()\n"
+        )
+        assert found(code, "DPL012") == []
+
+    def test_a_module_out_of_sight_is_judged_by_the_call_site(self):
+        code = (
+            "import torch.nn as nn\nfrom mmcv.parallel import MMDataParallel\nfrom registry import build_net\n"
+            "class Runner:\n"
+            "    def __init__(self, cfg):\n"
+            "        self.net = MMDataParallel(build_net(cfg), device_ids=range(cfg.gpus)).cuda()\n"
+            "    def step(self, batch):\n"
+            "        output = self.net(batch)\n"
+            "        loss = output['loss']\n"
+            "        loss.backward()\n"
+        )
+        assert found(code, "DPL012") == [(9, 16)]
+        one_gpu = code.replace("device_ids=range(cfg.gpus)", "device_ids=[0]")
+        assert found(one_gpu, "DPL012") == []
+        logits = code.replace("        loss = output['loss']\n", "        loss = criterion(output, batch)\n")
+        assert found(logits, "DPL012") == []  # the loss is computed after the gather
+
+    def test_a_subclass_that_does_not_gather_is_silent(self):
+        code = (
+            "import torch.nn as nn\nfrom models import build\n"
+            "class KeepReplicas(nn.DataParallel):\n"
+            "    def gather(self, outputs, device):\n"
+            "        return outputs\n"
+            "dp = KeepReplicas(build())\nlosses = dp(x)\nlosses.backward()\n"
+        )
+        assert found(code, "DPL012") == []
+        assert found(code.replace("    def gather", "    def other"), "DPL012") == [(7, 10)]
