@@ -258,10 +258,10 @@ class ScalarGather(Rule):
                     if verdict is None:
                         continue
                     flagged.add(call)
-                    yield _violation(model, call, element, anchor, *verdict)
+                    yield _violation(call, element, anchor, *verdict)
 
 
-def _violation(model: SemanticModel, call: cst.Call, element: object, anchor: cst.CSTNode,
+def _violation(call: cst.Call, element: object, anchor: cst.CSTNode,
                class_name: Optional[str], reduction: Optional[str]) -> Violation:
     gather = (
         "with 2+ GPUs nn.DataParallel gathers one per GPU into a vector (\"Was asked to gather along "
@@ -296,7 +296,15 @@ def _has_explicit_gradient(call: cst.Call, qualified_name: Optional[str]) -> boo
 
 # Which part of a forward's result reaches backward: all of it, one element of a returned
 # tuple (an int) or dict (a str), or a part we cannot name.
-WHOLE, SOME_PART = "whole", "part"
+class _Part:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+WHOLE, SOME_PART = _Part("WHOLE"), _Part("SOME_PART")
 REDUCING_CALLS = {"torch.mean", "torch.sum"}
 
 
