@@ -18,6 +18,10 @@ The facts (torch 2.13, re-checked by wrapping `torch._C._cuda_getDeviceCount` an
   from (`torch/serialization.py`, `_deserialize` -> `_validate_device`, which calls
   `torch.cuda.is_available()` and `device_count()`): a checkpoint saved from a GPU
   initialises CUDA. With `map_location="cuda..."` it always does; with a CPU one it never does.
+* `torch.amp.GradScaler()` / `torch.cuda.amp.GradScaler()` (device "cuda", `enabled=True` by
+  default) and `torch.autocast("cuda")` / `torch.cuda.amp.autocast()` ask
+  `torch.cuda.amp.common.amp_definitely_not_available()`, i.e. `torch.cuda.is_available()`,
+  when they are constructed enabled (`torch/amp/grad_scaler.py` ~135, `autocast_mode.py` ~284).
 * Safe: `torch.device("cuda:1")`, `torch.manual_seed`, `torch.cuda.manual_seed(_all)`
   (queued until initialisation), `torch.cuda.memory_allocated`, `torch.cuda.empty_cache`.
 
@@ -40,7 +44,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, literal_value
+from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, keyword_arg, literal_value
 
 INITIALISING_CALLS = {
     "torch.cuda.is_available",
@@ -56,6 +60,19 @@ INITIALISING_CALLS = {
     DATA_PARALLEL,
 }
 MAY_INITIALISE_CALLS = {"torch.cuda.device_count"}  # only where NVML is unavailable
+# Built enabled on "cuda" (their default), they call `torch.cuda.is_available()`:
+# {qualified name: the position of the device argument (None: always CUDA)}.
+AMP_CONSTRUCTORS = {
+    "torch.amp.GradScaler": 0,
+    "torch.amp.grad_scaler.GradScaler": 0,
+    "torch.cuda.amp.GradScaler": None,
+    "torch.cuda.amp.grad_scaler.GradScaler": None,
+    "torch.autocast": 0,
+    "torch.amp.autocast": 0,
+    "torch.amp.autocast_mode.autocast": 0,
+    "torch.cuda.amp.autocast": None,
+    "torch.cuda.amp.autocast_mode.autocast": None,
+}
 TORCH_LOAD = "torch.load"  # without `map_location`: only when the checkpoint holds CUDA tensors
 NOT_DEVICE_CALLS = {"torch.device"}  # `torch.device("cuda:1", ...)` only names a device
 EXIT_CALLS = {"sys.exit", "os._exit"}
@@ -114,6 +131,8 @@ def cuda_event(model: SemanticModel, call: cst.Call) -> Optional[CudaEvent]:
         return CudaEvent(INIT, call, "`" + shown)
     if name in MAY_INITIALISE_CALLS:
         return CudaEvent(MAY_INIT, call, f"`{name}()`", NVML_NOTE)
+    if name in AMP_CONSTRUCTORS:
+        return _amp_event(model, call, name)
     if name == TORCH_LOAD:
         location = argument(call, 1, "map_location")
         if location is None and not any(arg.star for arg in call.args):
@@ -131,6 +150,28 @@ def cuda_event(model: SemanticModel, call: cst.Call) -> Optional[CudaEvent]:
         if is_cuda_device(model, argument(call, None, "device"), call):
             return CudaEvent(INIT, call, f'`{name}(..., device="cuda")`')
     return None
+
+
+def _amp_event(model: SemanticModel, call: cst.Call, name: str) -> Optional[CudaEvent]:
+    """A GradScaler or autocast built for CUDA: it initialises CUDA when enabled (an `enabled=`
+    that is not a literal makes it an event of some paths)."""
+    position = AMP_CONSTRUCTORS[name]
+    if position is not None:
+        keyword = "device_type" if "autocast" in name else "device"
+        device = argument(call, position, keyword)
+        if device is not None and not is_cuda_device(model, device, call):
+            return None
+        if device is None and "autocast" in name:
+            return None  # `torch.autocast` needs its device type: unknown here
+    enabled = keyword_arg(call, "enabled")
+    try:
+        flag = literal_value(enabled.value) if enabled is not None else True
+    except ValueError:
+        flag = None
+    if flag is False:
+        return None
+    shown = name.replace(".grad_scaler", "").replace(".autocast_mode", "")
+    return CudaEvent(INIT, call, f"`{shown}(...)` (it asks `torch.cuda.is_available()`)", certain=flag is not None)
 
 
 # Nodes whose code may not run when the expression around them does.

@@ -1,4 +1,5 @@
-"""DPL001 wrapper-train, DPL002 wrapper-bypass, DPL003 loss-on-cpu, and dplint/training.py.
+"""DPL001 wrapper-train, DPL002 wrapper-bypass, DPL003 loss-on-cpu, DPL012 scalar-gather, DPL009
+late-cuda-visible-devices, and dplint/training.py.
 
 The generic tests cover each rule's VALID/INVALID examples and its fixtures; these pin the
 fixes under awkward formatting (comments, multi-line calls, CRLF, tabs), the precision
@@ -398,3 +399,54 @@ class TestScalarGatherParts:
         )
         assert found(code, "DPL012") == []
         assert found(code.replace("    def gather", "    def other"), "DPL012") == [(7, 10)]
+
+
+# ------------------------------------------------------------ DPL009 late-cuda-visible-devices
+def late_write(before: str) -> list[tuple[int, str]]:
+    code = "import os\nimport torch\n" + before + "os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
+    return [(f.location.row, f.severity.value) for f in lint(code) if f.code == "DPL009"]
+
+
+@pytest.mark.parametrize(
+    "before, severity",
+    [
+        # torch 2.13: GradScaler and autocast built for CUDA ask torch.cuda.is_available().
+        ("scaler = torch.cuda.amp.GradScaler()\n", "error"),
+        ("scaler = torch.amp.GradScaler('cuda')\n", "error"),
+        ("scaler = torch.amp.GradScaler('cuda', enabled=args.amp)\n", "warning"),  # only when enabled
+        ("scaler = torch.amp.GradScaler('cuda', enabled=False)\n", None),
+        ("scaler = torch.amp.GradScaler('cpu')\n", None),
+        ("ctx = torch.autocast('cuda', dtype=torch.float16)\n", "error"),
+        ("ctx = torch.autocast(device_type='cpu')\n", None),
+        # A checkpoint restored where it was saved; mapped, it is CUDA only when mapped there.
+        ("state = torch.load('last.pt')\n", "warning"),
+        ("state = torch.load('last.pt', map_location=lambda s, loc: s)\n", None),
+        ("state = torch.load('last.pt', map_location=torch.device('cuda', 0))\n", "error"),
+        # Methods and constructors of the file run in call order.
+        ("class Net:\n    def __init__(self):\n        self.w = torch.zeros(3).cuda()\nnet = Net()\n", "error"),
+        ("class Net:\n    def __init__(self):\n        self.w = None\n    def to_gpu(self):\n        self.w = torch.zeros(3).cuda()\n"
+         "net = Net()\n", None),
+        ("class Net:\n    def to_gpu(self):\n        self.w = torch.zeros(3).cuda()\nnet = Net()\nnet.to_gpu()\n", "error"),
+    ],
+)
+def test_late_visible_devices_after(before, severity):
+    lines = ("import os\nimport torch\n" + before).count("\n") + 1
+    assert late_write(before) == ([(lines, severity)] if severity else [])
+
+
+def test_late_visible_devices_reports_the_call_chain_of_a_helper():
+    code = (
+        "import os\nimport torch\n"
+        "def report():\n"
+        "    if torch.cuda.device_count() == 0:\n"
+        "        return 'cpu'\n"
+        "    return torch.cuda.get_device_name(0)\n"
+        "def main():\n"
+        "    print(report())\n"
+        "    os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"
+        "main()\n"
+    )
+    (finding,) = [f for f in lint(code) if f.code == "DPL009"]
+    # device_count() runs on every path; get_device_name() only when a GPU is there.
+    assert (finding.location.row, finding.severity.value) == (9, "warning")
+    assert "`torch.cuda.get_device_name()` (line 6) initialised CUDA on the paths that run it" in finding.message
