@@ -36,7 +36,8 @@ class LateCudaVisibleDevices(Rule):
       `set_device`, `current_device`, `get_device_name/properties/capability`,
       `synchronize`, `mem_get_info`, `is_bf16_supported`, any `.cuda()`, `.to("cuda")`,
       a torch call with `device="cuda"`, `torch.load(..., map_location="cuda")`, the
-      `nn.DataParallel(...)` constructor;
+      `nn.DataParallel(...)` constructor, a `GradScaler` or `autocast` built enabled for
+      CUDA (a warning when `enabled=` is not a literal);
     - a warning after `torch.cuda.device_count()` (it initialises CUDA where NVML is
       unavailable) or `torch.load(f)` without `map_location` (a checkpoint saved from a GPU
       is restored onto it, which initialises CUDA);
