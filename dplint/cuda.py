@@ -14,24 +14,37 @@ The facts (torch 2.13, re-checked by wrapping `torch._C._cuda_getDeviceCount` an
 * `torch.cuda.device_count()` counts through NVML when NVML works (no initialisation, and
   torch does not cache the count "because the number of devices can change due to changes
   to CUDA_VISIBLE_DEVICES"); only without NVML does it call `_cuda_getDeviceCount`.
+* `torch.load(f)` without `map_location` restores each tensor to the device it was saved
+  from (`torch/serialization.py`, `_deserialize` -> `_validate_device`, which calls
+  `torch.cuda.is_available()` and `device_count()`): a checkpoint saved from a GPU
+  initialises CUDA. With `map_location="cuda..."` it always does; with a CPU one it never does.
+* `torch.amp.GradScaler()` / `torch.cuda.amp.GradScaler()` (device "cuda", `enabled=True` by
+  default) and `torch.autocast("cuda")` / `torch.cuda.amp.autocast()` ask
+  `torch.cuda.amp.common.amp_definitely_not_available()`, i.e. `torch.cuda.is_available()`,
+  when they are constructed enabled (`torch/amp/grad_scaler.py` ~135, `autocast_mode.py` ~284).
 * Safe: `torch.device("cuda:1")`, `torch.manual_seed`, `torch.cuda.manual_seed(_all)`
   (queued until initialisation), `torch.cuda.memory_allocated`, `torch.cuda.empty_cache`.
 
 "Certainly before" is run order the file shows: the module's top level in order, entering
-the body of a function of this file where the run order calls it (`main()` under
-`if __name__ == "__main__":`), and each function body on its own, starting from what was
+the body of a function where the run order calls it (`main()` under
+`if __name__ == "__main__":`, `self.setup()`, `obj.method()` with `obj = Cls()` of this file,
+and, through the project, a function or class of another file: its summary, what it does
+on its way to returning), and each function body on its own, starting from what was
 certain where it was defined (it can only run after its `def`). Code in a branch, a loop
-body or a `try` body may not run, so what it does is not certain afterwards.
+body or a `try` body may not run: what it does is kept afterwards as an event of some
+paths only (`CudaEvent.certain` False).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import weakref
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import libcst as cst
 
-from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, literal_value
+from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, keyword_arg, literal_value
 
 INITIALISING_CALLS = {
     "torch.cuda.is_available",
@@ -47,6 +60,20 @@ INITIALISING_CALLS = {
     DATA_PARALLEL,
 }
 MAY_INITIALISE_CALLS = {"torch.cuda.device_count"}  # only where NVML is unavailable
+# Built enabled on "cuda" (their default), they call `torch.cuda.is_available()`:
+# {qualified name: the position of the device argument (None: always CUDA)}.
+AMP_CONSTRUCTORS = {
+    "torch.amp.GradScaler": 0,
+    "torch.amp.grad_scaler.GradScaler": 0,
+    "torch.cuda.amp.GradScaler": None,
+    "torch.cuda.amp.grad_scaler.GradScaler": None,
+    "torch.autocast": 0,
+    "torch.amp.autocast": 0,
+    "torch.amp.autocast_mode.autocast": 0,
+    "torch.cuda.amp.autocast": None,
+    "torch.cuda.amp.autocast_mode.autocast": None,
+}
+TORCH_LOAD = "torch.load"  # without `map_location`: only when the checkpoint holds CUDA tensors
 NOT_DEVICE_CALLS = {"torch.device"}  # `torch.device("cuda:1", ...)` only names a device
 EXIT_CALLS = {"sys.exit", "os._exit"}
 EXIT_BUILTINS = {"exit", "quit"}
@@ -58,9 +85,19 @@ IMPORT, INIT, MAY_INIT = "import", "init", "may-init"
 
 @dataclass(frozen=True)
 class CudaEvent:
-    kind: str  # IMPORT: torch was imported; INIT: CUDA initialised; MAY_INIT: device_count()
-    node: cst.CSTNode  # the import statement or the call
+    kind: str  # IMPORT: torch was imported; INIT: CUDA initialised; MAY_INIT: it may have been
+    node: cst.CSTNode  # the import statement or the call (in the file the timeline reads)
     description: str  # for messages: "`torch.cuda.is_available()`"
+    why: str = ""  # MAY_INIT: when it initialises CUDA
+    via: str = ""  # a call of another file's function that makes it: "in utils.py:9, reached through `f()` on "
+    certain: bool = True  # False: it runs on some paths only (a branch, a loop body, a `try`)
+
+
+NVML_NOTE = "initialises CUDA where NVML is unavailable"
+LOAD_NOTE = (
+    "restores tensors saved from a GPU onto it and so initialises CUDA when the checkpoint "
+    "holds CUDA tensors (no `map_location`)"
+)
 
 
 def is_torch_import(node: cst.CSTNode) -> bool:
@@ -93,7 +130,16 @@ def cuda_event(model: SemanticModel, call: cst.Call) -> Optional[CudaEvent]:
         shown = "nn.DataParallel(...)` (its constructor calls `torch.cuda.is_available()`)" if name == DATA_PARALLEL else f"{name}()`"
         return CudaEvent(INIT, call, "`" + shown)
     if name in MAY_INITIALISE_CALLS:
-        return CudaEvent(MAY_INIT, call, f"`{name}()`")
+        return CudaEvent(MAY_INIT, call, f"`{name}()`", NVML_NOTE)
+    if name in AMP_CONSTRUCTORS:
+        return _amp_event(model, call, name)
+    if name == TORCH_LOAD:
+        location = argument(call, 1, "map_location")
+        if location is None and not any(arg.star for arg in call.args):
+            return CudaEvent(MAY_INIT, call, "`torch.load(...)`", LOAD_NOTE)
+        if location is not None and is_cuda_device(model, location, call):
+            return CudaEvent(INIT, call, '`torch.load(..., map_location="cuda")`')
+        return None
     if isinstance(call.func, cst.Attribute) and name is None:
         method = call.func.attr.value
         if method == "cuda":
@@ -104,6 +150,28 @@ def cuda_event(model: SemanticModel, call: cst.Call) -> Optional[CudaEvent]:
         if is_cuda_device(model, argument(call, None, "device"), call):
             return CudaEvent(INIT, call, f'`{name}(..., device="cuda")`')
     return None
+
+
+def _amp_event(model: SemanticModel, call: cst.Call, name: str) -> Optional[CudaEvent]:
+    """A GradScaler or autocast built for CUDA: it initialises CUDA when enabled (an `enabled=`
+    that is not a literal makes it an event of some paths)."""
+    position = AMP_CONSTRUCTORS[name]
+    if position is not None:
+        keyword = "device_type" if "autocast" in name else "device"
+        device = argument(call, position, keyword)
+        if device is not None and not is_cuda_device(model, device, call):
+            return None
+        if device is None and "autocast" in name:
+            return None  # `torch.autocast` needs its device type: unknown here
+    enabled = keyword_arg(call, "enabled")
+    try:
+        flag = literal_value(enabled.value) if enabled is not None else True
+    except ValueError:
+        flag = None
+    if flag is False:
+        return None
+    shown = name.replace(".grad_scaler", "").replace(".autocast_mode", "")
+    return CudaEvent(INIT, call, f"`{shown}(...)` (it asks `torch.cuda.is_available()`)", certain=flag is not None)
 
 
 # Nodes whose code may not run when the expression around them does.
@@ -136,7 +204,7 @@ class CudaTimeline:
     returns and yields from its node table, so a large file costs little.
     """
 
-    def __init__(self, model: SemanticModel) -> None:
+    def __init__(self, model: SemanticModel, walk: bool = True) -> None:
         self.model = model
         self._states: dict[cst.CSTNode, list[tuple[CudaEvent, ...]]] = {}
         self._calling: list[cst.FunctionDef] = []
@@ -144,8 +212,22 @@ class CudaTimeline:
         self._calls: dict[cst.CSTNode, list[cst.Call]] = {}  # owner -> certain calls, run order
         self._leaving: set[cst.CSTNode] = set()  # statements that may return, raise or exit
         self._generators: set[cst.CSTNode] = set()  # functions that yield
+        self._summaries: dict[cst.FunctionDef, tuple[CudaEvent, ...]] = {}
+        self._headers: dict[cst.CSTNode, tuple] = {}  # a compound statement that may return -> state after its header
         self._index()
-        self._block(model.module.body, ())
+        if walk:
+            self._block(model.module.body, ())
+
+    def summary(self, function: cst.FunctionDef) -> tuple[CudaEvent, ...]:
+        """The CUDA events a call of `function` (of this file) makes before it returns, from an
+        empty state: what another file's timeline adds where it calls it."""
+        if function not in self._summaries:
+            self._summaries[function] = ()  # a recursive call adds nothing
+            self._calling.append(function)
+            events = self._block(_body(function.body), (), function=True)
+            self._calling.pop()
+            self._summaries[function] = tuple(e for e in events if e.kind != IMPORT)
+        return self._summaries[function]
 
     def states(self, statement: cst.CSTNode) -> list[tuple[CudaEvent, ...]]:
         return self._states.get(statement, [])
@@ -187,15 +269,16 @@ class CudaTimeline:
             if isinstance(ancestor, cst.BaseStatement):
                 self._leaving.add(ancestor)
 
-    # A block returns the state after it. With `function=True` it returns what is certain
-    # when the function returns: the state before its first statement that may return early.
+    # A block returns the state after it. With `function=True` it returns what is known when
+    # the function returns: certain, what ran before its first statement that may return (that
+    # statement's own calls, or its header's, included); on some paths, what ran after.
     def _block(self, statements: Sequence[cst.CSTNode], state: tuple, function: bool = False) -> tuple:
         at_return = None
         for statement in statements:
-            if function and at_return is None and statement in self._leaving:
-                at_return = state
             state = self._statement(statement, state)
-        return at_return if at_return is not None else state
+            if function and at_return is None and statement in self._leaving:
+                at_return = self._headers.pop(statement, state)
+        return _with_some_paths(at_return, [state]) if at_return is not None else state
 
     def _statement(self, statement: cst.CSTNode, state: tuple) -> tuple:
         self._states.setdefault(statement, []).append(state)
@@ -209,57 +292,133 @@ class CudaTimeline:
                     state = self._calls_of(small, state)
             return state
         state = self._calls_of(statement, state)  # the header: test, iterable, items, decorators
+        if statement in self._leaving:
+            self._headers[statement] = state  # what runs before any `return` inside
+        ends: list[tuple] = []  # the states at the ends of parts that may not run
         if isinstance(statement, cst.If):
-            self._block(_body(statement.body), state)
+            ends.append(self._block(_body(statement.body), state))
             if isinstance(statement.orelse, cst.If):
-                self._statement(statement.orelse, state)
+                ends.append(self._statement(statement.orelse, state))
             elif statement.orelse is not None:
-                self._block(_body(statement.orelse.body), state)
+                ends.append(self._block(_body(statement.orelse.body), state))
         elif isinstance(statement, (cst.For, cst.While)):
-            self._block(_body(statement.body), state)
+            ends.append(self._block(_body(statement.body), state))
             if statement.orelse is not None:
-                self._block(_body(statement.orelse.body), state)
+                ends.append(self._block(_body(statement.orelse.body), state))
         elif isinstance(statement, cst.With):
             state = self._block(_body(statement.body), state)
         elif isinstance(statement, (cst.Try, cst.TryStar)):
             suites = [statement.body, *(handler.body for handler in statement.handlers)]
             suites += [part.body for part in (statement.orelse, statement.finalbody) if part is not None]
             for suite in suites:
-                self._block(_body(suite), state)
+                ends.append(self._block(_body(suite), state))
         elif isinstance(statement, cst.FunctionDef):
             self._block(_body(statement.body), state)  # runs later, after what is certain here
         elif isinstance(statement, cst.ClassDef):
             state = self._block(_body(statement.body), state)  # a class body runs at once
         elif isinstance(statement, cst.Match):
             for case in statement.cases:
-                self._block(_body(case.body), state)
-        return state
+                ends.append(self._block(_body(case.body), state))
+        return _with_some_paths(state, ends)
 
     def _calls_of(self, owner: cst.CSTNode, state: tuple) -> tuple:
         for call in self._calls.get(owner, ()):
             callee = self._callee(call)
-            if callee is not None:
+            if isinstance(callee, cst.FunctionDef):
                 self._calling.append(callee)
                 state = self._block(_body(callee.body), state, function=True)
                 self._calling.pop()
+            elif callee is not None:
+                state = self._summarised(call, *callee, state)
             event = cuda_event(self.model, call)
             if event is not None:
                 state += (event,)
         return state
 
-    def _callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
-        """A plain function of this file whose body runs when `call` runs."""
-        if not isinstance(call.func, cst.Name) or self._budget <= 0 or len(self._calling) >= INLINE_DEPTH:
+    def _callee(self, call: cst.Call):
+        """The function of this file whose body runs when `call` runs (a plain function, a
+        method through `self.m()`, a class's `__init__`), or (model, function) of another
+        project file; None when unknown."""
+        if self._budget <= 0 or len(self._calling) >= INLINE_DEPTH:
             return None
-        binding = self.model.binding_at(call.func.value, call)
-        function = binding.node if binding is not None else None
+        if isinstance(call.func, cst.Name) and call.func.value not in self.model.imports:
+            binding = self.model.binding_at(call.func.value, call)
+            function = binding.node if binding is not None else None
+            if isinstance(function, cst.ClassDef):
+                function = _constructor(function)
+        else:
+            found = self.model.flow.callee(call)
+            if found is None:
+                return None
+            function = found.function
+            if found.model is not self.model:
+                return (found.model, function) if _runs_its_body(function) else None
         if not isinstance(function, cst.FunctionDef) or function in self._calling:
             return None
-        # A decorator may skip the body (`@rank_zero_only`); async and generator functions
-        # return before running it.
-        if function.decorators or function.asynchronous is not None or function in self._generators:
+        if not _runs_its_body(function) or function in self._generators:
             return None
         return function
+
+    def _summarised(self, call: cst.Call, other: SemanticModel, function: cst.FunctionDef, state: tuple) -> tuple:
+        """Another file's function: its summary, each event reported at this call."""
+        key = (id(other), id(function))
+        if function in _timeline_of(other)._generators:
+            return state  # a generator runs its body only when iterated
+        if key in _SUMMARISING or len(_SUMMARISING) >= INLINE_DEPTH:
+            return state
+        _SUMMARISING.add(key)
+        try:
+            events = _timeline_of(other).summary(function)
+        finally:
+            _SUMMARISING.discard(key)
+        shown = self.model.code(call.func)
+        for event in events:
+            where = event.via or f"in {_shown_path(other.path)}:{other.position(event.node)[0].line}, "
+            via = f"{where}reached through `{shown}()` on "
+            state += (CudaEvent(event.kind, call, event.description, event.why, via=via, certain=event.certain),)
+        return state
+
+
+def _shown_path(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+
+
+def _runs_its_body(function: Optional[cst.FunctionDef]) -> bool:
+    """A decorator may skip the body (`@rank_zero_only`); async functions return before running it."""
+    return isinstance(function, cst.FunctionDef) and not function.decorators and function.asynchronous is None
+
+
+def _constructor(node: cst.ClassDef) -> Optional[cst.FunctionDef]:
+    for statement in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
+            return statement
+    return None
+
+
+def _with_some_paths(state: tuple, ends: list[tuple]) -> tuple:
+    """`state` plus, as events of some paths only, what the parts that may not run added."""
+    known = {event.node for event in state}
+    for end in ends:
+        for event in end:
+            if event.node not in known and event.kind != IMPORT:
+                known.add(event.node)
+                state += (replace(event, certain=False),)
+    return state
+
+
+# Other files' timelines, built without walking their module (only to summarise functions).
+_TIMELINES: "weakref.WeakKeyDictionary[SemanticModel, CudaTimeline]" = weakref.WeakKeyDictionary()
+_SUMMARISING: set = set()  # (model, function) summaries under way: a cycle adds nothing
+
+
+def _timeline_of(model: SemanticModel) -> "CudaTimeline":
+    timeline = _TIMELINES.get(model)
+    if timeline is None:
+        timeline = _TIMELINES[model] = CudaTimeline(model, walk=False)
+    return timeline
 
 
 def _body(suite: cst.BaseSuite) -> Sequence[cst.CSTNode]:

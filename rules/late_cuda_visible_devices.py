@@ -21,7 +21,9 @@ from dplint.cuda import (
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 
-RANK = {IMPORT: 1, MAY_INIT: 2, INIT: 3}
+# How serious what ran before the write is: CUDA certainly initialised first, then on some
+# paths, then "may initialise" (device_count, torch.load), then a mere import.
+RANK = {(INIT, True): 5, (INIT, False): 4, (MAY_INIT, True): 3, (MAY_INIT, False): 2, (IMPORT, True): 1, (IMPORT, False): 1}
 
 
 class LateCudaVisibleDevices(Rule):
@@ -33,16 +35,28 @@ class LateCudaVisibleDevices(Rule):
     - an error after a call that initialises CUDA: `torch.cuda.is_available()`,
       `set_device`, `current_device`, `get_device_name/properties/capability`,
       `synchronize`, `mem_get_info`, `is_bf16_supported`, any `.cuda()`, `.to("cuda")`,
-      a torch call with `device="cuda"`, the `nn.DataParallel(...)` constructor;
-    - a warning after `torch.cuda.device_count()`.
+      a torch call with `device="cuda"`, `torch.load(..., map_location="cuda")`, the
+      `nn.DataParallel(...)` constructor, a `GradScaler` or `autocast` built enabled for
+      CUDA (a warning when `enabled=` is not a literal);
+    - a warning after `torch.cuda.device_count()` (it initialises CUDA where NVML is
+      unavailable) or `torch.load(f)` without `map_location` (a checkpoint saved from a GPU
+      is restored onto it, which initialises CUDA);
+    - a warning when the call that initialises CUDA runs before the write on some paths only
+      (in a branch, a loop body, a `try`, or before an early `return`): on those paths the
+      value is ignored.
 
     Silent after a mere `import torch`: it does not initialise CUDA, so the value takes effect.
 
-    "After" is run order the file shows: its top level, the body of a function of the file
-    where that order calls it (`main()` under `if __name__ == "__main__":`), and each
-    function body from its start. A call in a branch or loop body that may not run does not
-    count. `torch.device("cuda:1")`, `torch.manual_seed` and `torch.cuda.manual_seed_all`
-    do not initialise CUDA and are not counted. A write followed, in the same function and on
+    "Before" is run order: the file's top level, and the body of each function where that
+    order calls it -- a function of the file (`main()` under `if __name__ == "__main__":`),
+    a method (`self.build()`, `runner.build()` with `runner = Runner(...)` of this file), a
+    class's `__init__`, and, through the project, a function or class of another file (what
+    it does before it returns, reported at the call) -- and each function body from its
+    start, after what ran before its `def`. A decorated or async function's body is not
+    followed (a decorator may skip it), nor a write whose function is only called from
+    other files. `torch.device("cuda:1")`, `torch.manual_seed` and
+    `torch.cuda.manual_seed_all` do not initialise CUDA and are not counted, nor is a call
+    on the right of `and`/`or` or in a lambda or comprehension. A write followed, in the same function and on
     every path, by a call that starts a process (`subprocess.*`, `os.system`,
     `multiprocessing`, `torch.multiprocessing.spawn`) is left alone: the child gets the new
     value. When that start runs only on some paths (`if len(gpus) > 1: mp.spawn(...)` `else:
@@ -119,6 +133,13 @@ class LateCudaVisibleDevices(Rule):
         "\n"
         "os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0,1\"  # the two free GPUs\n"
         "model = torch.nn.Linear(4, 4)\n",
+        # The checkpoint is mapped to the CPU: loading it touches no GPU.
+        "import os\n"
+        "import torch\n"
+        "def main(args):\n"
+        "    if args.resume:\n"
+        "        state = torch.load(args.resume, map_location='cpu')\n"
+        "    os.environ['CUDA_VISIBLE_DEVICES'] = args.gpus\n",
         # Only read.
         "import os\n"
         "import torch\n"
@@ -154,6 +175,28 @@ class LateCudaVisibleDevices(Rule):
                 "print(torch.cuda.is_available())\n"
             ),
         ),
+        # On resume, a GPU checkpoint is restored onto the GPU first (no `map_location`).
+        Example(
+            "import os\n"
+            "import torch\n"
+            "def main(args):\n"
+            "    if args.resume:\n"
+            "        state = torch.load(args.resume)\n"
+            "    os.environ['CUDA_VISIBLE_DEVICES'] = args.gpus\n",
+        ),
+        # A method that moves the model to the GPU runs first.
+        Example(
+            "import os\n"
+            "import torch\n"
+            "class Runner:\n"
+            "    def build(self):\n"
+            "        self.net = torch.nn.Linear(2, 2).cuda()\n"
+            "    def pick(self, gpus):\n"
+            "        os.environ['CUDA_VISIBLE_DEVICES'] = gpus\n"
+            "runner = Runner()\n"
+            "runner.build()\n"
+            "runner.pick('1')\n",
+        ),
         # Inside main(), after CUDA initialised at module level: flagged, not moved.
         Example(
             "import os\n"
@@ -174,26 +217,24 @@ class LateCudaVisibleDevices(Rule):
         timeline = CudaTimeline(model)
         for write in writes:
             event = self._latest_fact(model, timeline, write)
-            if event is None or starts_process_after(model, write.node):
-                continue
-            line = model.position(event.node)[0].line
-            if event.kind == INIT:
-                message = (
-                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} (line {line}) initialised CUDA: "
-                    "the CUDA driver reads it once, at initialisation, so this value is ignored and the "
-                    "process keeps the GPUs it saw; set it before `import torch`"
-                )
-            elif event.kind == MAY_INIT:
-                message = (
-                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} (line {line}), which "
-                    "initialises CUDA where NVML is unavailable, and then this value is ignored; "
-                    "set it before `import torch`"
-                )
-            else:
+            if event is None or event.kind == IMPORT or starts_process_after(model, write.node):
                 # Only `import torch` before the write: torch 2.13 does not initialise CUDA on
                 # import, so the value takes effect. Real code does this everywhere; say nothing.
                 continue
-            severity = Severity.ERROR if event.kind == INIT else Severity.WARNING
+            line = model.position(event.node)[0].line
+            some = "" if event.certain else " on the paths that run it"
+            if event.kind == INIT:
+                message = (
+                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} ({event.via}line {line}) initialised CUDA{some}: "
+                    "the CUDA driver reads it once, at initialisation, so this value is ignored and the "
+                    "process keeps the GPUs it saw; set it before `import torch`"
+                )
+            else:
+                message = (
+                    f"`CUDA_VISIBLE_DEVICES` is set after {event.description} ({event.via}line {line}), which {event.why}"
+                    f"{some}; then this value is ignored; set it before `import torch`"
+                )
+            severity = Severity.ERROR if event.kind == INIT and event.certain else Severity.WARNING
             spawn = conditional_process_start_after(model, write.node)
             if spawn is not None:
                 severity = Severity.WARNING  # right for the children, wrong for this process
@@ -211,7 +252,7 @@ class LateCudaVisibleDevices(Rule):
         found = None
         for state in timeline.states(model.statement_of(write.node)):
             for event in state + inputs:
-                if found is None or RANK[event.kind] > RANK[found.kind]:
+                if found is None or RANK[event.kind, event.certain] > RANK[found.kind, found.certain]:
                     found = event
         return found
 

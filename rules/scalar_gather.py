@@ -8,8 +8,9 @@ import libcst as cst
 
 from dplint.checkpoints import resolve
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
+from dplint.flow import class_method
 from dplint.semantic import SemanticModel, Wrapping, argument, keyword_arg, literal_value, method_call, own_returns, peel_self_returning
-from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops, construction_argument, held_wrapper
+from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops, construction_argument, held_wrapper, wrapper_kind
 
 # What a loss's `reduction=` makes of it: a 0-d mean or sum ("none" keeps the batch dimension).
 REDUCTIONS = {"mean": "mean", "batchmean": "mean", "sum": "sum"}
@@ -30,25 +31,42 @@ FUNCTIONAL_POSITIONAL = {
 WEIGHT_FIRST_LOSSES = {"CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss"}
 ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
 MAX_DEPTH = 6
+MAX_STEPS = 256  # expressions walked back from one back-propagated root
 
 
 class ScalarGather(Rule):
     """
     ## What it does
-    Flags the call of an `nn.DataParallel` wrapper whose module is one of torch's `*Loss`
-    modules with a mean or sum reduction, or whose `forward` (a class defined in the same
-    file) returns a 0-d loss on every path -- `return F.cross_entropy(out, y)`,
-    `return loss` with `loss = self.criterion(out, y)`, `return (out - y).pow(2).mean()` --
-    when that result is back-propagated as it is: `loss = dp(x); loss.backward()`,
-    `dp(x).backward()`, `scaler.scale(loss).backward()`, or as a term of a sum
-    (`loss = dp_criterion(out, y) + 0.5 * aux`).
+    Flags the call of an `nn.DataParallel` wrapper whose gathered result is back-propagated
+    as it is -- `loss = dp(x); loss.backward()`, `dp(x).backward()`,
+    `scaler.scale(loss).backward()`, an element of it (`l1, l2 = dp(x)`,
+    `out = dp(x); out["loss"].backward()`), or a term of a sum
+    (`loss = dp_criterion(out, y) + 0.5 * aux`) -- when its module returns a loss:
 
-    The wrapper is found where it is held on some path: a name, a `self.x` attribute set in
-    another method, a same-file (or project) function that returns
-    `nn.DataParallel(module)` of its argument, a helper that returns its argument, or a
-    project subclass of `nn.DataParallel`. Silent when the module's class is unknown (another
-    file, a parameter), when `device_ids` names one device, when the gathered value is
-    reduced (`.mean()`, `.sum()`) or back-propagated with an explicit gradient.
+    - the module is one of torch's `*Loss` modules with a mean or sum reduction, or a class of
+      the project (this file or another) whose `forward` returns a 0-d loss on every path, in
+      the part of the result that is used -- `return F.cross_entropy(out, y)`, `return loss`
+      with `loss = self.criterion(out, y)`, `return (out - y).pow(2).mean()`,
+      `return loss_a, loss_b`, `return {"loss": loss}`;
+    - or the module is out of sight (built by a registry or a config, another library, a
+      value the analysis cannot follow): then the call site is the evidence. `backward()`
+      without a gradient only works on a one-element tensor, so each replica returns a
+      one-element loss, and the gather makes a vector of them.
+
+    The wrapper is found on every path where it is held: a name, a `self.x` attribute set in
+    another method, a function (of this file or another) that returns `nn.DataParallel(...)`,
+    a helper that returns its argument, or a subclass of `nn.DataParallel` of the project that
+    keeps torch's `forward` and `gather`, or of mmcv (`MMDataParallel`) or PyG
+    (`torch_geometric.nn.DataParallel`), which gather as torch does.
+
+    Silent when `device_ids` names one device, when the result is reduced (`.mean()`,
+    `.sum()`, `torch.mean`) before `backward()` -- also on some path only
+    (`if n_gpu > 1: loss = loss.mean()`: the author handles the gather) -- when it is
+    back-propagated with an explicit gradient, when the module is a class of the project
+    whose `forward` the rule can read but cannot prove returns a 0-d loss (or inherits it,
+    or the class name is rebound), and for project subclasses that define their own
+    `forward` or `gather` (PyTorch-Encoding's `DataParallelModel` returns the replicas'
+    outputs ungathered).
 
     ## Why is this bad?
     With 2+ GPUs, `DataParallel.forward` runs one replica per GPU and gathers their outputs
@@ -124,14 +142,26 @@ class ScalarGather(Rule):
         "        return F.cross_entropy(self.fc(x), y, reduction='none')\n"
         "model = nn.DataParallel(Net())\n"
         "model(x, y).mean().backward()\n",
-        # A module defined elsewhere: its forward is unknown.
+        # A module out of sight, its gathered losses averaged on the multi-GPU path.
         "import torch.nn as nn\n"
-        "from models import LossNet\n"
-        "model = nn.DataParallel(LossNet())\n"
-        "loss = model(x, y)\n"
+        "from transformers import AutoModel\n"
+        "model = nn.DataParallel(AutoModel.from_pretrained(name))\n"
+        "loss = model(**batch)[0]\n"
+        "if n_gpu > 1:\n"
+        "    loss = loss.mean()\n"
         "loss.backward()\n",
     )
     INVALID = (
+        # A module from a registry: backward() on its gathered output is the evidence (no fix:
+        # whether its losses are means or sums is out of sight).
+        Example(
+            "import torch.nn as nn\n"
+            "from models import build_model\n"
+            "model = nn.DataParallel(build_model(cfg)).cuda()\n"
+            "loss_rec, loss_kl = model(x)\n"
+            "(loss_rec + loss_kl).backward()\n",
+            expected=None,
+        ),
         # The wrapper comes from a same-file helper and lives in an attribute.
         Example(
             "import torch.nn as nn\n"
@@ -220,29 +250,42 @@ class ScalarGather(Rule):
         for backprop in backprops(model):
             if _has_explicit_gradient(backprop.site.node, backprop.site.qualified_name):
                 continue  # `loss.backward(torch.ones_like(loss))` works on a vector
-            for call, wrapping in (held for root in backprop.roots for held in _wrapper_calls(model, root, backprop.site.node)):
-                if call in flagged:
-                    continue
-                found = _scalar_forward(model, wrapping)
-                if found is None:
-                    continue
-                class_name, reduction = found
-                flagged.add(call)
-                yield Violation(
-                    node=call,
-                    message=(
-                        f"`{class_name}.forward` returns a 0-d loss: with 2+ GPUs nn.DataParallel gathers one "
-                        "per GPU into a vector (\"Was asked to gather along dimension 0, but all input tensors "
-                        "were scalars\") and `backward()` raises `RuntimeError: grad can be implicitly created "
-                        "only for scalar outputs`; on one device nothing shows. "
-                        f"Reduce the gathered losses here with `.{reduction}()`"
-                    ),
-                    fix=Fix(
-                        Applicability.SAFE,
-                        f"Append `.{reduction}()` to the DataParallel call",
-                        (Edit(call, cst.Call(func=cst.Attribute(value=call, attr=cst.Name(reduction)))),),
-                    ),
-                )
+            for root in backprop.roots:
+                for call, element, anchor in _gathered_results(model, root, backprop.site.node):
+                    if call in flagged:
+                        continue
+                    verdict = _verdict(model, call, element)
+                    if verdict is None:
+                        continue
+                    flagged.add(call)
+                    yield _violation(call, element, anchor, *verdict)
+
+
+def _violation(call: cst.Call, element: object, anchor: cst.CSTNode,
+               class_name: Optional[str], reduction: Optional[str]) -> Violation:
+    gather = (
+        "with 2+ GPUs nn.DataParallel gathers one per GPU into a vector (\"Was asked to gather along "
+        "dimension 0, but all input tensors were scalars\") and `backward()` raises `RuntimeError: grad "
+        "can be implicitly created only for scalar outputs`; on one device nothing shows."
+    )
+    if class_name is not None:
+        what = f"`{class_name}.forward` returns a 0-d loss" + ("" if element is WHOLE else " in its result")
+        advice = f" Reduce the gathered losses here with `.{reduction}()`"
+    else:
+        # The module comes from code the project does not show: the call site is the evidence.
+        what = (
+            "the result of this DataParallel call is back-propagated as it is, so each replica returns "
+            "a one-element loss"
+        )
+        advice = " Reduce the gathered losses (`.mean()`, or `.sum()` for summed losses) before `backward()`"
+    fix = None
+    if element is WHOLE and reduction is not None:
+        fix = Fix(
+            Applicability.SAFE,
+            f"Append `.{reduction}()` to the DataParallel call",
+            (Edit(call, cst.Call(func=cst.Attribute(value=call, attr=cst.Name(reduction)))),),
+        )
+    return Violation(node=anchor, message=f"{what}: {gather}{advice}", fix=fix)
 
 
 def _has_explicit_gradient(call: cst.Call, qualified_name: Optional[str]) -> bool:
@@ -251,33 +294,165 @@ def _has_explicit_gradient(call: cst.Call, qualified_name: Optional[str]) -> boo
     return argument(call, 0, "gradient") is not None
 
 
-def _wrapper_calls(model: SemanticModel, root: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.Call, Wrapping]]:
-    """The calls of DataParallel wrappers whose gathered result `root` back-propagates as it is:
-    `root` itself, through names, `scaler.scale(...)` and arithmetic (`nll(out, y) + 0.5 * aux`:
-    a vector plus a number is still a vector); never through a reduction (`.mean()`)."""
-    found: list[tuple[cst.Call, Wrapping]] = []
-    stack: list[tuple[cst.BaseExpression, cst.CSTNode]] = [(root, at)]
-    for _ in range(32):
+# Which part of a forward's result reaches backward: all of it, one element of a returned
+# tuple (an int) or dict (a str), or a part we cannot name.
+class _Part:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+WHOLE, SOME_PART = _Part("WHOLE"), _Part("SOME_PART")
+REDUCING_CALLS = {"torch.mean", "torch.sum"}
+
+
+def _gathered_results(model: SemanticModel, root: cst.BaseExpression, at: cst.CSTNode) -> list[tuple[cst.Call, object, cst.CSTNode]]:
+    """The calls whose gathered result `root` back-propagates as it is, with the part of it used
+    and where to report (the call; `out["loss"]` for an element taken by subscript, where the
+    reduction belongs):
+    through names (every binding that may reach), tuple unpacking and subscripts of the result
+    (`a, b = dp(x)`, `out["loss"]`: DataParallel gathers each element alike), `scaler.scale(...)`
+    and arithmetic (`nll(out, y) + 0.5 * aux`: a vector plus a number is still a vector); never
+    through a reduction (`.mean()`), and not at all when some binding on the way reduces
+    (`if n_gpu > 1: loss = loss.mean()`: the author handles the gather)."""
+    found: list[tuple[cst.Call, object, cst.CSTNode]] = []
+    stack: list[tuple[cst.BaseExpression, cst.CSTNode, object, Optional[cst.CSTNode]]] = [(root, at, WHOLE, None)]
+    seen: set[int] = set()
+    for _ in range(MAX_STEPS):
         if not stack:
             break
-        expr, where = stack.pop()
-        method = method_call(expr) if isinstance(expr, cst.Call) else None
-        if method is not None and method[1] == "scale" and len(expr.args) == 1:  # type: ignore[union-attr]
-            stack.append((expr.args[0].value, where))  # type: ignore[union-attr]
+        expr, where, part, anchor = stack.pop()
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
+        if isinstance(expr, cst.Call):
+            method = method_call(expr)
+            if method is not None and method[1] == "scale" and len(expr.args) == 1:
+                stack.append((expr.args[0].value, where, part, anchor))
+            elif not _is_reduction(model, expr):
+                found.append((expr, part, anchor or expr))
             continue
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, ARITHMETIC):
-            stack.extend(((expr.left, where), (expr.right, where)))
+            stack.extend(((expr.right, where, part, anchor), (expr.left, where, part, anchor)))  # left first
             continue
-        value = model.value_at(expr, where)
-        if value is not expr and isinstance(value, (cst.BinaryOperation, cst.Call)):
-            stack.append((value, value))
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            stack.append((expr.expression, where, part, anchor))
             continue
-        if not isinstance(value, cst.Call):
+        if isinstance(expr, cst.Subscript) and part is WHOLE:
+            stack.append((expr.value, where, _subscript_part(expr), expr))
             continue
-        wrapping = held_wrapper(model, value.func)
-        if wrapping is not None and wrapping.kind == "DP" and not _single_device(model, wrapping):
-            found.append((value, wrapping))
+        key = model.binding_key(expr, where)
+        if key is None or key in ("True", "False", "None"):
+            continue
+        reaching = model.flow.reaching(key, where)
+        if any(binding.value is not None and _is_reduction(model, binding.value) for binding, _ in reaching):
+            return []
+        for binding, _ in reversed(reaching):
+            if binding.value is not None:
+                stack.append((binding.value, binding.node, part, anchor))
+            elif part is WHOLE and isinstance(binding.node, cst.Assign) and isinstance(binding.node.value, cst.Call):
+                stack.append((binding.node.value, binding.node, _unpacked_part(model, binding), anchor))
     return found
+
+
+def _is_reduction(model: SemanticModel, call: cst.BaseExpression) -> bool:
+    """`x.mean()`, `x.sum(0)`, `torch.mean(x)`: whatever the gather made of x, it is reduced."""
+    if not isinstance(call, cst.Call):
+        return False
+    method = method_call(call)
+    return (method is not None and method[1] in ("mean", "sum")) or model.qualified_name(call.func) in REDUCING_CALLS
+
+
+def _subscript_part(subscript: cst.Subscript) -> object:
+    if len(subscript.slice) == 1 and isinstance(subscript.slice[0].slice, cst.Index):
+        try:
+            key = literal_value(subscript.slice[0].slice.value)
+        except ValueError:
+            return SOME_PART
+        if isinstance(key, (int, str)) and not isinstance(key, bool):
+            return key
+    return SOME_PART
+
+
+def _unpacked_part(model: SemanticModel, binding) -> object:
+    """`a, b = dp(x)`: the index of the bound name among the targets."""
+    for target in binding.node.targets:
+        if isinstance(target.target, (cst.Tuple, cst.List)):
+            elements = target.target.elements
+            if any(isinstance(e, cst.StarredElement) for e in elements):
+                return SOME_PART
+            for index, element in enumerate(elements):
+                if model.binding_key(element.value, binding.node) == binding.key:
+                    return index
+    return SOME_PART
+
+
+# DataParallel subclasses of other libraries whose forward scatters and gathers as torch's
+# does: mmcv's `MMDataParallel` (only `scatter` and `train_step`/`val_step` differ) and PyG's
+# `DataParallel` (scatters lists of graphs, gathers with torch's `gather`). Not
+# PyTorch-Encoding's `DataParallelModel`: it returns the replicas' outputs ungathered.
+GATHERING_DATA_PARALLEL = {
+    "mmcv.parallel.MMDataParallel",
+    "mmcv.parallel.data_parallel.MMDataParallel",
+    "torch_geometric.nn.DataParallel",
+    "torch_geometric.nn.data_parallel.DataParallel",
+}
+
+
+def _verdict(model: SemanticModel, call: cst.Call, element: object) -> Optional[tuple[Optional[str], Optional[str]]]:
+    """(class name, reduction) to report `call`, or None to stay silent. The class name is None
+    when the module's forward is out of sight and the call site alone is the evidence."""
+    constructions = _data_parallel_constructions(model, call)
+    if not constructions:
+        return None
+    proven: Optional[tuple[str, str]] = None
+    for cmodel, inner, at in constructions:
+        forward = _forward_returns(cmodel, inner, at, element)
+        if forward is UNPROVEN:
+            return None  # a forward we can read but not prove 0-d: say nothing
+        if forward is not None and proven is None:
+            proven = forward
+    return proven if proven is not None else (None, None)
+
+
+UNPROVEN = object()
+
+
+def _data_parallel_constructions(model: SemanticModel, call: cst.Call) -> list[tuple[SemanticModel, Optional[cst.BaseExpression], cst.CSTNode]]:
+    """(model, wrapped module expression, where) for each DataParallel construction that
+    `call.func` holds on some path and that gathers over more than one device."""
+    wrapping = held_wrapper(model, call.func)
+    if wrapping is not None and wrapping.kind == "DP" and _single_device(model, wrapping):
+        return []  # `device_ids` seen from this call (a factory's parameter mapped to its argument)
+    found, wrappers = [], 0
+    for value in model.flow.values_at(call.func, call):
+        built = value.expr
+        if not value.known or not isinstance(built, cst.Call):
+            continue
+        cmodel = value.model
+        gathers = cmodel.qualified_name(built.func) in GATHERING_DATA_PARALLEL
+        if not gathers and wrapper_kind(cmodel, built.func) is not None:
+            wrappers += 1
+            gathers = wrapper_kind(cmodel, built.func) == "DP" and not _overrides_gather(cmodel, built)
+        if gathers:
+            device_ids = cmodel.value_at(argument(built, 1, "device_ids"), built)
+            if not (isinstance(device_ids, (cst.List, cst.Tuple)) and len(device_ids.elements) == 1):
+                found.append((cmodel, argument(built, 0, "module"), built))
+    if not found and not wrappers:
+        # Factories and parameters the flow model does not follow (see `held_wrapper`).
+        if wrapping is not None and wrapping.kind == "DP":
+            found.append((model, wrapping.inner, wrapping.call))
+    return found
+
+
+def _overrides_gather(model: SemanticModel, built: cst.Call) -> bool:
+    """A project subclass of DataParallel with its own `forward` or `gather`: it may not gather."""
+    callee = model.flow.callee(built)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return False
+    return any(class_method(callee.node, name) is not None for name in ("forward", "gather"))
 
 
 def _single_device(model: SemanticModel, wrapping: Wrapping) -> bool:
@@ -286,33 +461,67 @@ def _single_device(model: SemanticModel, wrapping: Wrapping) -> bool:
     return isinstance(device_ids, (cst.List, cst.Tuple)) and len(device_ids.elements) == 1
 
 
-def _scalar_forward(model: SemanticModel, wrapping: Wrapping) -> Optional[tuple[str, str]]:
-    """(class name, "mean" | "sum") when the wrapped module's forward always returns a 0-d loss."""
-    inner, _, _ = resolve(model, wrapping.inner, wrapping.call, peel=True)
-    if not isinstance(inner, cst.Call):
+def _forward_returns(model: SemanticModel, inner: Optional[cst.BaseExpression], at: cst.CSTNode, element: object):
+    """(class name, "mean" | "sum") when the wrapped module's forward returns a 0-d loss (in
+    `element` of its result) on every path; UNPROVEN when the module is one of torch's losses
+    or a class of the project but that is not proven (its forward returns something else,
+    cannot be read, or the class name is rebound); None when the module is out of sight
+    (another library, a registry, a value the flow model cannot follow)."""
+    verdicts = [_module_returns(value, element) for value in model.flow.values_at(inner, at)]
+    if UNPROVEN in verdicts:
+        return UNPROVEN
+    return next((v for v in verdicts if v is not None), None)
+
+
+def _module_returns(value, element: object):
+    model, module = value.model, value.expr
+    if not value.known or not isinstance(module, cst.Call):
         return None
-    torch_loss = model.qualified_name(inner.func) or ""
+    torch_loss = model.qualified_name(module.func) or ""
     if torch_loss.startswith("torch.nn.") and torch_loss.endswith("Loss"):
         # `nn.DataParallel(nn.NLLLoss(weight=w))`: torch's losses reduce to 0-d unless told not to.
         weight_first = torch_loss.rsplit(".", 1)[1] in WEIGHT_FIRST_LOSSES
-        reduction = _loss_reduction(inner) if _positional_count(inner) <= weight_first else None
-        return (torch_loss.rsplit(".", 1)[1], reduction) if reduction is not None else None
-    if not isinstance(inner.func, cst.Name):
+        reduction = _loss_reduction(module) if _positional_count(module) <= weight_first and element is WHOLE else None
+        return (torch_loss.rsplit(".", 1)[1], reduction) if reduction is not None else UNPROVEN
+    if isinstance(module.func, cst.Name) and module.func.value in model.classes:
+        class_def = model.classes[module.func.value]
+        if any(b.node is not class_def for b in model.bindings.get(module.func.value, ())):
+            return UNPROVEN  # the class name is rebound: which class runs is unclear
+    callee = model.flow.callee(module)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
         return None
-    class_name = inner.func.value
-    class_def = model.classes.get(class_name)
-    if class_def is None or any(b.node is not class_def for b in model.bindings.get(class_name, ())):
-        return None
-    forwards = [s for s in class_def.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"]
-    if len(forwards) != 1:
-        return None
-    returns = own_returns(forwards[0])
-    if not returns:
-        return None
-    reductions = {_reduction(model, statement.value, statement, MAX_DEPTH) for statement in returns}
+    forward = class_method(callee.node, "forward")
+    returns = own_returns(forward) if forward is not None else []
+    if not returns or element is SOME_PART:
+        return UNPROVEN  # inherited, returns nothing on some path, or a part we cannot name
+    reductions = set()
+    for statement in returns:
+        returned = _element(callee.model, statement.value, statement, element)
+        reductions.add(_reduction(callee.model, returned, statement, MAX_DEPTH) if returned is not None else None)
     if None in reductions:
-        return None
-    return class_name, "sum" if reductions == {"sum"} else "mean"
+        return UNPROVEN
+    return callee.node.name.value, "sum" if reductions == {"sum"} else "mean"
+
+
+def _element(model: SemanticModel, returned: Optional[cst.BaseExpression], at: cst.CSTNode, element: object):
+    """The returned expression, or its `element` when it is a tuple / dict display."""
+    if element is WHOLE:
+        return returned
+    value, _, _ = resolve(model, returned, at)
+    if isinstance(element, int) and isinstance(value, (cst.Tuple, cst.List)):
+        items = value.elements
+        if len(items) > element and not any(isinstance(e, cst.StarredElement) for e in items):
+            return items[element].value
+    if isinstance(element, str) and isinstance(value, cst.Dict):
+        for item in value.elements:
+            if not isinstance(item, cst.DictElement):
+                return None
+            try:
+                if literal_value(item.key) == element:
+                    return item.value
+            except ValueError:
+                return None
+    return None
 
 
 def _reduction(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> Optional[str]:

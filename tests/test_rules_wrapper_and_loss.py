@@ -1,4 +1,5 @@
-"""DPL001 wrapper-train, DPL002 wrapper-bypass, DPL003 loss-on-cpu, and dplint/training.py.
+"""DPL001 wrapper-train, DPL002 wrapper-bypass, DPL003 loss-on-cpu, DPL012 scalar-gather, DPL009
+late-cuda-visible-devices, and dplint/training.py.
 
 The generic tests cover each rule's VALID/INVALID examples and its fixtures; these pin the
 fixes under awkward formatting (comments, multi-line calls, CRLF, tabs), the precision
@@ -336,3 +337,116 @@ def test_static_path_never_imports_torch():
 
     completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
+
+
+# ------------------------------------------------------------------ DPL012 scalar-gather
+LOSS_NET = (
+    "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+    "class Net(nn.Module):\n"
+    "    def forward(self, x, y):\n"
+    "        return {returns}\n"
+)
+
+
+class TestScalarGatherParts:
+    def test_an_element_of_a_returned_tuple(self):
+        code = LOSS_NET.format(returns="F.l1_loss(x, y), x") + (
+            "dp = nn.DataParallel(Net())\nloss, out = dp(x, y)\nloss.backward()\n"
+        )
+        assert found(code, "DPL012") == [(8, 13)]
+        assert fixed(code, "DPL012") == code  # a tuple has no `.mean()`: reported, not fixed
+        per_sample = LOSS_NET.format(returns="x, F.l1_loss(x, y)") + (
+            "dp = nn.DataParallel(Net())\nloss, out = dp(x, y)\nloss.backward()\n"
+        )
+        assert found(per_sample, "DPL012") == []  # element 0 is the batch: proven not a loss
+
+    def test_a_dict_entry_is_reported_where_it_is_taken(self):
+        code = LOSS_NET.format(returns="{'loss': F.mse_loss(x, y), 'out': x}") + (
+            "dp = nn.DataParallel(Net())\nout = dp(x, y)\nloss = out['loss']\nloss.backward()\n"
+        )
+        assert found(code, "DPL012") == [(9, 8)]
+
+    def test_reduced_on_some_path_is_left_to_the_author(self):
+        code = LOSS_NET.format(returns="F.mse_loss(x, y)") + (
+            "dp = nn.DataParallel(Net())\nloss = dp(x, y)\nif n_gpu > 1:\n    loss = loss.mean()\nloss.backward()\n"
+        )
+        assert found(code, "DPL012") == []
+
+    def test_a_module_out_of_sight_is_judged_by_the_call_site(self):
+        code = (
+            "import torch.nn as nn\nfrom mmcv.parallel import MMDataParallel\nfrom registry import build_net\n"
+            "class Runner:\n"
+            "    def __init__(self, cfg):\n"
+            "        self.net = MMDataParallel(build_net(cfg), device_ids=range(cfg.gpus)).cuda()\n"
+            "    def step(self, batch):\n"
+            "        output = self.net(batch)\n"
+            "        loss = output['loss']\n"
+            "        loss.backward()\n"
+        )
+        assert found(code, "DPL012") == [(9, 16)]
+        one_gpu = code.replace("device_ids=range(cfg.gpus)", "device_ids=[0]")
+        assert found(one_gpu, "DPL012") == []
+        logits = code.replace("        loss = output['loss']\n", "        loss = criterion(output, batch)\n")
+        assert found(logits, "DPL012") == []  # the loss is computed after the gather
+
+    def test_a_subclass_that_does_not_gather_is_silent(self):
+        code = (
+            "import torch.nn as nn\nfrom models import build\n"
+            "class KeepReplicas(nn.DataParallel):\n"
+            "    def gather(self, outputs, device):\n"
+            "        return outputs\n"
+            "dp = KeepReplicas(build())\nlosses = dp(x)\nlosses.backward()\n"
+        )
+        assert found(code, "DPL012") == []
+        assert found(code.replace("    def gather", "    def other"), "DPL012") == [(7, 10)]
+
+
+# ------------------------------------------------------------ DPL009 late-cuda-visible-devices
+def late_write(before: str) -> list[tuple[int, str]]:
+    code = "import os\nimport torch\n" + before + "os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
+    return [(f.location.row, f.severity.value) for f in lint(code) if f.code == "DPL009"]
+
+
+@pytest.mark.parametrize(
+    "before, severity",
+    [
+        # torch 2.13: GradScaler and autocast built for CUDA ask torch.cuda.is_available().
+        ("scaler = torch.cuda.amp.GradScaler()\n", "error"),
+        ("scaler = torch.amp.GradScaler('cuda')\n", "error"),
+        ("scaler = torch.amp.GradScaler('cuda', enabled=args.amp)\n", "warning"),  # only when enabled
+        ("scaler = torch.amp.GradScaler('cuda', enabled=False)\n", None),
+        ("scaler = torch.amp.GradScaler('cpu')\n", None),
+        ("ctx = torch.autocast('cuda', dtype=torch.float16)\n", "error"),
+        ("ctx = torch.autocast(device_type='cpu')\n", None),
+        # A checkpoint restored where it was saved; mapped, it is CUDA only when mapped there.
+        ("state = torch.load('last.pt')\n", "warning"),
+        ("state = torch.load('last.pt', map_location=lambda s, loc: s)\n", None),
+        ("state = torch.load('last.pt', map_location=torch.device('cuda', 0))\n", "error"),
+        # Methods and constructors of the file run in call order.
+        ("class Net:\n    def __init__(self):\n        self.w = torch.zeros(3).cuda()\nnet = Net()\n", "error"),
+        ("class Net:\n    def __init__(self):\n        self.w = None\n    def to_gpu(self):\n        self.w = torch.zeros(3).cuda()\n"
+         "net = Net()\n", None),
+        ("class Net:\n    def to_gpu(self):\n        self.w = torch.zeros(3).cuda()\nnet = Net()\nnet.to_gpu()\n", "error"),
+    ],
+)
+def test_late_visible_devices_after(before, severity):
+    lines = ("import os\nimport torch\n" + before).count("\n") + 1
+    assert late_write(before) == ([(lines, severity)] if severity else [])
+
+
+def test_late_visible_devices_reports_the_call_chain_of_a_helper():
+    code = (
+        "import os\nimport torch\n"
+        "def report():\n"
+        "    if torch.cuda.device_count() == 0:\n"
+        "        return 'cpu'\n"
+        "    return torch.cuda.get_device_name(0)\n"
+        "def main():\n"
+        "    print(report())\n"
+        "    os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"
+        "main()\n"
+    )
+    (finding,) = [f for f in lint(code) if f.code == "DPL009"]
+    # device_count() runs on every path; get_device_name() only when a GPU is there.
+    assert (finding.location.row, finding.severity.value) == (9, "warning")
+    assert "`torch.cuda.get_device_name()` (line 6) initialised CUDA on the paths that run it" in finding.message
