@@ -236,7 +236,9 @@ def test_fixture_severities():
     assert severities == {
         "bad_gpu_flag_after_cuda_check.py": ["error"],
         "bad_legacy_async_copy.py": ["error"],
+        "bad_method_builds_model_first.py": ["error"],
         "bad_notebook_export.py": ["error"],
+        "bad_resume_checkpoint_first.py": ["warning"],
     }
 
 
@@ -258,10 +260,15 @@ WRITE = "os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
         ("x = torch.ones(2).to(device=torch.device('cuda', 1))\n", "error", '`.to("cuda")`'),
         ("x = torch.zeros(2, device=f'cuda:{rank}')\n", "error", '`torch.zeros(..., device="cuda")`'),
         ("m = torch.nn.DataParallel(net)\n", "error", "`nn.DataParallel(...)` (its constructor calls `torch.cuda.is_available()`)"),
-        # Only certain events count: a branch, a loop body, a `try` body may not run.
-        ("if args.gpu:\n    torch.cuda.set_device(0)\n", None, ""),
-        ("for r in ranks:\n    torch.cuda.set_device(r)\n", None, ""),
-        ("try:\n    torch.cuda.set_device(0)\nexcept RuntimeError:\n    pass\n", None, ""),
+        # A branch, a loop body, a `try` body may not run: on the paths that run it, the value is
+        # ignored (a warning).
+        ("if args.gpu:\n    torch.cuda.set_device(0)\n", "warning", "`torch.cuda.set_device()` (line 4) initialised CUDA on the paths"),
+        ("for r in ranks:\n    torch.cuda.set_device(r)\n", "warning", "on the paths that run it"),
+        ("try:\n    torch.cuda.set_device(0)\nexcept RuntimeError:\n    pass\n", "warning", "on the paths that run it"),
+        # `torch.load` restores a GPU checkpoint's tensors onto the GPU (no `map_location`).
+        ("ckpt = torch.load('last.pt')\n", "warning", "`torch.load(...)` (line 3), which restores tensors saved from a GPU"),
+        ("ckpt = torch.load('last.pt', map_location='cpu')\n", None, ""),
+        ("ckpt = torch.load('last.pt', map_location='cuda:0')\n", "error", "map_location"),
         ("d = 'cuda' if torch.cuda.is_available() else 'cpu'\n", "error", "`torch.cuda.is_available()`"),
         ("d = args.cpu or torch.cuda.is_available()\n", None, ""),
         ("if torch.cuda.is_available():\n    pass\n", "error", "`torch.cuda.is_available()`"),
@@ -296,11 +303,11 @@ def test_visible_devices_follows_calls_into_functions_of_the_file():
         "    main()\n"
     )
     assert findings(code, "DPL009") == [(6, 5, "error", False)]
-    # A decorator may skip the body, an early return may skip the call: not certain.
+    # A decorator may skip the body: unknown. An early return skips the call on some paths.
     decorated = code.replace("def pick_gpu():", "@rank_zero_only\ndef pick_gpu():")
     assert findings(decorated, "DPL009") == []
     early_return = code.replace("def pick_gpu():\n", "def pick_gpu():\n    if cpu:\n        return\n")
-    assert findings(early_return, "DPL009") == []
+    assert findings(early_return, "DPL009") == [(8, 5, "warning", False)]
     # A function body on its own starts from what was certain at its `def`.
     defined_after_init = "import os\nimport torch\ntorch.cuda.init()\ndef setup():\n    os.putenv('CUDA_VISIBLE_DEVICES', '1')\n"
     assert findings(defined_after_init, "DPL009") == [(5, 5, "error", False)]
