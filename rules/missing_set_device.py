@@ -134,20 +134,58 @@ class MissingSetDevice(Rule):
 
 
 def _is_nccl(model: SemanticModel, call: cst.Call) -> bool:
+    """NCCL on at least one path the code shows, every other path naming another backend:
+    `"nccl"`, `backend = "nccl" if use_gpu else "gloo"` (the GPU path is the one that places
+    work on `cuda`), `args.backend` whose command-line option defaults to `"nccl"`."""
     backend = argument(call, 0, "backend")
     if backend is None:
         return False
     values = model.flow.values_at(backend, call)
-    if not values:
-        return False
+    names = []
     for value in values:
+        if not value.known:
+            return False
+        text = _backend_name(value.model, value.expr)
+        if text is None:
+            return False
+        names.append(text)
+    return any("nccl" in name for name in names)
+
+
+def _backend_name(model: SemanticModel, expr: cst.BaseExpression) -> Optional[str]:
+    """The backend a literal names, or the default of the command-line option an
+    `args.<name>` reads (`parser.add_argument("--dist-backend", default="nccl")` in this file)."""
+    try:
+        text = literal_value(expr)
+    except ValueError:
+        text = _option_default(model, expr)
+    return text.lower() if isinstance(text, str) else None
+
+
+def _option_default(model: SemanticModel, expr: cst.BaseExpression) -> Optional[str]:
+    if not isinstance(expr, cst.Attribute):
+        return None
+    wanted = expr.attr.value
+    for site in model.calls:
+        call = site.node
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
+            continue
+        dest = argument(call, None, "dest")
         try:
-            text = literal_value(value.expr) if value.known else None
+            names = [literal_value(dest)] if dest is not None else [
+                literal_value(arg.value) for arg in call.args if arg.keyword is None]
         except ValueError:
-            return False
-        if not isinstance(text, str) or "nccl" not in text.lower():
-            return False
-    return True
+            continue
+        options = {str(name).lstrip("-").replace("-", "_") for name in names}
+        if wanted not in options or (dest is None and not any(str(n).startswith("--") or not str(n).startswith("-") for n in names)):
+            continue
+        default = argument(call, None, "default")
+        try:
+            value = literal_value(default) if default is not None else None
+        except ValueError:
+            return None
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Optional[set] = None) -> bool:
