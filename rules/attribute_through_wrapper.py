@@ -10,7 +10,15 @@ from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Viola
 from dplint.semantic import SemanticModel
 from dplint.training import wrappings as wrappers_built
 from dplint.project import owns
-from dplint.wrappers import WRAPPER_CLASS_NAMES, is_store, narrowed_to_wrapper, wrapper_has, wrapper_paths, wrapping_model
+from dplint.wrappers import (
+    WRAPPER_CLASS_NAMES,
+    is_store,
+    narrowed_to_wrapper,
+    tied_to_a_wrapper_having,
+    wrapper_has,
+    wrapper_paths,
+    wrapping_model,
+)
 
 
 class AttributeThroughWrapper(Rule):
@@ -130,6 +138,8 @@ class AttributeThroughWrapper(Rule):
                 # Wrapped only on some paths, decided in another file (`if opt.isTrain:` in a
                 # factory): the caller's configuration usually settles it; say nothing.
                 continue
+            if tied_to_a_wrapper_having(model, base, node, attribute):
+                continue  # `if local_rank != -1: model.no_sync()`, the test that made the DDP
             kind = WRAPPER_CLASS_NAMES[wrappings[0].kind]
             line = model.position(wrappings[0].call)[0].line if wrappings[0].scope is not None and owns(model, wrappings[0].call) else None
             where = "" if bare == 0 else f" on the path where it is wrapped{f' (line {line})' if line else ''}"

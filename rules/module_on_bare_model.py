@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -9,7 +10,18 @@ import libcst as cst
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 from dplint.training import wrappings as wrappers_built
-from dplint.wrappers import is_store, known_bare_paths, narrowed_to_wrapper, wrapper_paths, wrapping_model
+from dplint.wrappers import (
+    conditions_at,
+    is_store,
+    known_bare_paths,
+    narrowed_to_wrapper,
+    wrapped_on_some_machines,
+    wrapper_paths,
+    wrapping_model,
+)
+
+# A test that holds when DeepSpeed runs the model (`if self.deepspeed:`, `args.deepspeed`).
+_DEEPSPEED = re.compile(r"deepspeed", re.IGNORECASE)
 
 
 class ModuleOnBareModel(Rule):
@@ -129,8 +141,10 @@ class ModuleOnBareModel(Rule):
                 continue
             if known_bare_paths(model, base, node, wrappings) == 0:
                 continue
-            if not any(wrapping_model(model, w) is model for w in wrappings):
+            if not any(wrapping_model(model, w) is model or wrapped_on_some_machines(model, w, node) for w in wrappings):
                 continue  # wrapped in another file under its own configuration test: can't tell
+            if any(c.holds and _DEEPSPEED.search(c.test) for c in conditions_at(model, node)):
+                continue  # under DeepSpeed the object is its engine, which has `.module` too
             target = model.code(base)
             yield Violation(
                 node=node,
