@@ -38,7 +38,10 @@ class AttributeThroughWrapper(Rule):
     different things, an unknown library's wrapper or a project subclass with its own
     `__getattr__`), when the wrapper exists only on some paths and those are decided in
     another file (a factory's `if opt.isTrain:`), when the attribute is assigned on the wrapper in the file
-    (`ddp.epoch = 0`), and under a test of the object itself (`if hasattr(m, "features")`,
+    (`ddp.epoch = 0`), under the very test that made the wrapper that has the attribute when
+    the wrapper lacking it was made under another (`if n_gpu > 1: DataParallel` /
+    `elif local_rank != -1: DDP`, then `if step_skips and local_rank != -1: model.no_sync()`:
+    the parts of a compound test are judged one by one), and under a test of the object itself (`if hasattr(m, "features")`,
     `isinstance(m, DDP)` in its `else`).
 
     ## Why is this bad?

@@ -46,16 +46,28 @@ class CollectiveUnderRankGuard(Rule):
     Flags a `torch.distributed` collective (`barrier`, `all_reduce`, `all_gather`,
     `broadcast`, `reduce`, `gather`, `scatter`, the `*_object` forms, ...) that only some
     ranks reach: inside `if rank == 0:` (or any rank guard: `is_main_process()`,
-    `args.local_rank in (-1, 0)`, a guard held in a variable), after an early `return` on
-    the other ranks, in a `@rank_zero_only` function, or in a function of the file that is
-    only ever called under such a guard.
+    `args.local_rank in (-1, 0)`, a guard held in a variable or attribute), after an early
+    `return` on the other ranks, in a `@rank_zero_only` function, or in a function of the file
+    that one of its calls, up to four calls away, only reaches under such a guard
+    (`if rank == 0: write_index()` -> `list_shards()` -> `snapshot_folder()` -> `barrier()`).
+    One such route is enough: every rank taking another route does not change that the guarded
+    one hangs.
 
-    Silent when the same function (or module body) calls the same collective more than once:
-    that is the "first rank goes ahead" pattern (`if local_rank not in (-1, 0): barrier()` ...
-    `if local_rank == 0: barrier()`), or one call per branch of the guard, where every rank
-    does reach one of them. Silent too under tests every rank answers alike: whether the
-    job is distributed (`local_rank != -1`), its world size, whether the group is initialised.
-    A DDP forward/backward under a rank guard is not judged here.
+    A collective its function calls more than once (the "first rank goes ahead" pair
+    `if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0: barrier()`, or one
+    call per branch of the guard) is matched on every rank that runs the function, so it is
+    flagged only when the function itself is reached through a call only the main process
+    makes and the main process passes the collective's own rank tests there: rank tests are
+    evaluated for rank 0 (`rank == 0`, `local_rank in [-1, 0]`, `is_main_process()` hold;
+    `rank != 0`, `if rank:` fail), with the function's parameters read as what that call
+    passes (`and not evaluate` with `evaluate=True`); a configuration part of a test may go
+    either way. A call made once per branch of a rank guard counts as made on every rank.
+
+    Silent under tests every rank answers alike: whether the job is distributed
+    (`local_rank != -1`), its world size, whether the group is initialised; for early exits
+    on anything that is not a rank (a local flag); for calls of other files. A DDP
+    forward/backward under a rank guard is not judged here (an evaluation forward on rank 0
+    alone does not hang on torch 2.13).
 
     ## Why is this bad?
     A collective returns only when every rank of the process group has entered it. The ranks

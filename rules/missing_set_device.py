@@ -20,14 +20,18 @@ SEARCH_DEPTH = 3
 class MissingSetDevice(Rule):
     """
     ## What it does
-    Flags `init_process_group` with the `nccl` backend (a literal, or a name that holds
-    one on every path) in a file that places work on the bare `cuda` device (`x.cuda()`,
+    Flags `init_process_group` with the `nccl` backend (a literal; a name that holds `"nccl"`
+    on one path and another literal backend on the others, `"nccl" if use_gpu else "gloo"`,
+    since `cuda` placements only run on the GPU path; `args.<name>` whose
+    `add_argument("--<name>", default="nccl")` is in the file) in a file that places work on
+    the bare `cuda` device (`x.cuda()`,
     `x.to("cuda")`, `torch.device("cuda")`) and never selects a GPU per process:
     no `torch.cuda.set_device(...)` in the file or in the project functions it calls
     (followed three calls deep, across files), no `device_id=` given to
     `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script.
 
-    Silent when the backend is not known to be NCCL (`args.dist_backend`), when every
+    Silent when the backend is not known to be NCCL on any path (`args.dist_backend` without a
+    default in the file, a value from a config file), when every
     placement names its device (`.cuda(local_rank)`, `.to(f"cuda:{rank}")`), and where
     a launcher or library starts the processes for the script (Lightning, Accelerate,
     DeepSpeed): they set the device themselves.

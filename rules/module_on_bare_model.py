@@ -36,8 +36,16 @@ class ModuleOnBareModel(Rule):
     The model is followed through names, branches, `self.x`, same-file functions and imported
     project files.
 
-    Silent when the wrapping happens in another file (a factory whose `if` the caller's
-    configuration settles), when the model is never wrapped in what the analysis can see (a
+    Paths are judged with the parts of a compound test (`if acc and local_rank != -1:` holds
+    `local_rank != -1`). A factory of another file that wraps under a hardware test
+    (`if opt.isTrain and len(opt.gpu_ids): model = DataParallel(model)`, `n_gpu > 1`,
+    `torch.cuda.device_count() > 1`) counts as "wrapped on some paths" unless the read repeats
+    a test of the same hardware: a CPU or one-GPU machine takes the bare path whatever the
+    calling script configures.
+
+    Silent when the wrapping happens in another file under any other test (a factory whose
+    `if training:` the caller's configuration settles), under a test naming DeepSpeed
+    (`if self.deepspeed:`: the object is then DeepSpeed's engine, which has `.module`), when the model is never wrapped in what the analysis can see (a
     class of the project may well have its own `module` attribute), and when what the bare path holds is
     unknown (a parameter that different callers fill differently).
 
