@@ -65,6 +65,9 @@ RANK_WORDS = re.compile(
 # The index of a machine, not of a process: `node_rank == 0` (or `args.nr == 0`) is true for
 # every process of the first machine, so it guards nothing on one machine.
 NODE_WORDS = re.compile(r"node_?rank|machine_?rank|group_?rank|node_?id|^nr$|^node$", re.IGNORECASE)
+# "master" in names that are not the main process: the rendezvous address every rank reads
+# (`MASTER_ADDR`, `MASTER_PORT`), apex's fp32 copy of the weights (`amp.master_params()`).
+NOT_RANK_WORDS = re.compile(r"master_?(addr|port|params?|weights?|grads?)", re.IGNORECASE)
 # `args.gpu == 0` / `device_id == 0`: the process index under mp.spawn, compared with 0.
 DEVICE_INDEX_WORDS = re.compile(r"gpu|device_id", re.IGNORECASE)
 MAX_DEPTH = 8
@@ -120,11 +123,12 @@ def _reads_launcher_rank(model: SemanticModel) -> bool:
 
 
 # ------------------------------------------------------------------------ rank tests
-def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int = 2) -> bool:
-    """Whether an expression involves a rank or a main-process notion (see the module doc)."""
+def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int = 2, followed: bool = False) -> bool:
+    """Whether an expression involves a rank or a main-process notion (see the module doc).
+    `followed`: `expr` is a value bound to a name the test reads, judged by its surface."""
     if expr is None:
         return False
-    for node in _subtree(expr):
+    for node in _subtree(expr, into_calls=not followed):
         if isinstance(node, cst.Name) and is_rank_word(node.value):
             return True
         if isinstance(node, cst.Attribute) and is_rank_word(node.attr.value):
@@ -136,11 +140,11 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
         if depth > 0 and isinstance(node, cst.Name) and _is_operand(model, node):
             # `is_master = rank == 0` ... `if is_master:`, on any of its assignments
             # (`log = False` then `if dist: log = rank == 0`).
-            if any(mentions_rank(model, value, depth - 1) for value in _assigned_values(model, node)):
+            if any(mentions_rank(model, value, depth - 1, followed=True) for value in _assigned_values(model, node)):
                 return True
         if depth > 0 and isinstance(node, cst.Attribute) and _is_operand(model, node):
             # `self.is_logger = rank == 0` in `__init__`, `args.save_logs = ... and is_main_process()`.
-            if any(mentions_rank(model, value, depth - 1) for value in _attribute_values(model, node)):
+            if any(mentions_rank(model, value, depth - 1, followed=True) for value in _attribute_values(model, node)):
                 return True
         if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
             if any(_returns_rank_test(model, function, depth - 1) for function in model.functions.get(node.func.value, ())):
@@ -150,7 +154,7 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
 
 def is_rank_word(text: str) -> bool:
     """An identifier or string naming a process rank or the main process, not a machine's index."""
-    return RANK_WORDS.search(text) is not None and NODE_WORDS.search(text) is None
+    return RANK_WORDS.search(text) is not None and NODE_WORDS.search(text) is None and NOT_RANK_WORDS.search(text) is None
 
 
 def _assigned_values(model: SemanticModel, name: cst.Name) -> list[cst.BaseExpression]:
@@ -211,11 +215,24 @@ def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: i
     return any(mentions_rank(model, statement.value, depth) for statement in returns)
 
 
-def _subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+# Calls whose result is their argument, reshaped: `int(os.environ["RANK"])`, `os.getenv("RANK")`.
+_CONVERSIONS = {"int", "str", "bool", "float", "getenv", "get"}
+
+
+def _subtree(node: cst.CSTNode, into_calls: bool = True) -> Iterator[cst.CSTNode]:
+    """The nodes of a tree; with `into_calls=False` the arguments of a call are left out
+    (but for conversions such as `int(...)`): a value bound to a name is a rank test when a
+    rank shows at its surface (`is_master = rank == 0`), not when some call deep inside it
+    happens to take a rank-named argument (`overflow = math.isnan(norm_of(master_params))`)."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
+        if not into_calls and isinstance(current, cst.Call):
+            callee = current.func.attr.value if isinstance(current.func, cst.Attribute) else getattr(current.func, "value", "")
+            if callee not in _CONVERSIONS:
+                stack.append(current.func)
+                continue
         stack.extend(reversed(current.children))
 
 
