@@ -231,8 +231,19 @@ def _first_bare_placement(model: SemanticModel) -> Optional[cst.CSTNode]:
 
 
 def _is_bare_cuda(expr: cst.BaseExpression) -> bool:
+    """`"cuda"`, or `"cuda" if torch.cuda.is_available() else "cpu"`: bare `cuda` on the GPU path."""
+    if isinstance(expr, cst.IfExp):
+        branches = (expr.body, expr.orelse)
+        return any(_is_bare_cuda(b) for b in branches) and all(_is_bare_cuda(b) or _is_cpu(b) for b in branches)
     try:
         return literal_value(expr) == "cuda"
+    except ValueError:
+        return False
+
+
+def _is_cpu(expr: cst.BaseExpression) -> bool:
+    try:
+        return literal_value(expr) == "cpu"
     except ValueError:
         return False
 
