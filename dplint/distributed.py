@@ -349,33 +349,34 @@ BOTH = frozenset((True, False))
 
 
 def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Optional[CallSite] = None,
-                    depth: int = 2) -> Optional[frozenset]:
+                    depth: int = 2, rank: int = 0) -> Optional[frozenset]:
     """The answers `test` can give on the main process of a multi-process job (rank 0, local
     rank 0): `rank == 0`, `args.local_rank in [-1, 0]`, `is_main_process()` give {True};
     `rank != 0`, `local_rank not in (-1, 0)`, `if rank:` give {False}; a part that involves no
     rank (a configuration flag, the same on every rank) may give either; `and`/`or`/`not`
     combine them. A name or attribute bound to a rank test (every binding alike), and a
     parameter of `site.function` read as what `site.call` passes, are followed. None when a
-    part involves a rank in a way this cannot evaluate."""
+    part involves a rank in a way this cannot evaluate. With `rank`, the same for the process of
+    that rank (and local rank): `is_main_process()` holds on rank 0 only."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = main_rank_truth(model, test.expression, site, depth)
+        inner = main_rank_truth(model, test.expression, site, depth, rank)
         return None if inner is None else frozenset(not value for value in inner)
     if isinstance(test, cst.BooleanOperation):
-        left = main_rank_truth(model, test.left, site, depth)
-        right = main_rank_truth(model, test.right, site, depth)
+        left = main_rank_truth(model, test.left, site, depth, rank)
+        right = main_rank_truth(model, test.right, site, depth, rank)
         both_and = isinstance(test.operator, cst.And)
         short = False if both_and else True  # the answer that settles `and` / `or` alone
         if left is None or right is None:
             return frozenset((short,)) if frozenset((short,)) in (left, right) else None
         return frozenset((a and b) if both_and else (a or b) for a in left for b in right)
     if isinstance(test, cst.Comparison):
-        answer = _main_rank_comparison(test)
+        answer = _main_rank_comparison(test, rank)
         if answer is not None:
             return frozenset((answer,))
     elif _is_main_reference(test):
-        return frozenset((True,))
+        return frozenset((rank == 0,))
     elif _rank_number(test) is not None:
-        return frozenset((False,))  # `if rank:`: rank 0 is falsy
+        return frozenset((rank != 0,))  # `if rank:`: rank 0 is falsy
     try:
         return frozenset((bool(literal_value(test)),))
     except ValueError:
@@ -386,7 +387,7 @@ def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Option
             site = None  # the argument is read where the call is
         else:
             values = _assigned_values(model, test) if isinstance(test, cst.Name) else _attribute_values(model, test)
-        answers = [main_rank_truth(model, value, site, depth - 1) for value in values]
+        answers = [main_rank_truth(model, value, site, depth - 1, rank) for value in values]
         if answers and None not in answers:
             return frozenset().union(*answers)
     return None if mentions_rank(model, test) else BOTH
@@ -429,7 +430,7 @@ def _numbers(expr: cst.BaseExpression) -> Optional[tuple[int, ...]]:
     return values if all(isinstance(v, int) and not isinstance(v, bool) for v in values) else None
 
 
-def _main_rank_comparison(test: cst.Comparison) -> Optional[bool]:
+def _main_rank_comparison(test: cst.Comparison, process: int = 0) -> Optional[bool]:
     if len(test.comparisons) != 1:
         return None
     operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
@@ -441,6 +442,7 @@ def _main_rank_comparison(test: cst.Comparison) -> Optional[bool]:
         rank, numbers = _rank_number(left), _numbers(right)
     if rank is None or numbers is None:
         return None
+    rank = process
     if isinstance(operator, (cst.In, cst.NotIn)):
         return (rank in numbers) == isinstance(operator, cst.In)
     if len(numbers) != 1 or isinstance(right, (cst.List, cst.Tuple, cst.Set)):
@@ -461,6 +463,13 @@ def _parameter_values(model: SemanticModel, name: cst.Name, site: Optional[CallS
         return []
     value = model.flow.parameter_argument(site.call, site.function, name.value, site.bound)
     return [value] if value is not None else []
+
+
+def same_on_every_rank(model: SemanticModel, test: cst.BaseExpression) -> bool:
+    """A rank test every process of a distributed job answers alike: `local_rank != -1`,
+    `rank >= 0` (-1 meaning "not distributed"), judged for ranks 0, 1 and 2."""
+    answers = {main_rank_truth(model, test, rank=rank) for rank in (0, 1, 2)}
+    return len(answers) == 1 and None not in answers
 
 
 def main_rank_passes(model: SemanticModel, node: cst.CSTNode, site: Optional[CallSite] = None) -> Optional[bool]:

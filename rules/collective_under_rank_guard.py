@@ -15,6 +15,7 @@ from dplint.distributed import (
     guard_tests,
     is_rank_guarded,
     main_rank_passes,
+    same_on_every_rank,
     mentions_rank,
 )
 from dplint.rule import Example, Rule, Severity, Violation
@@ -53,9 +54,11 @@ class CollectiveUnderRankGuard(Rule):
     One such route is enough: every rank taking another route does not change that the guarded
     one hangs.
 
-    A collective its function calls more than once (the "first rank goes ahead" pair
-    `if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0: barrier()`, or one
-    call per branch of the guard) is matched on every rank that runs the function, so it is
+    A collective its function also calls elsewhere, where the other ranks are (the "first
+    rank goes ahead" pair `if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0:
+    barrier()`, or one call per branch of the guard: rank 0 reaches exactly one of the two;
+    two barriers both in the `else` of `if rank <= 0:` do not pair), is matched on every rank
+    that runs the function, so it is
     flagged only when the function itself is reached through a call only the main process
     makes and the main process passes the collective's own rank tests there: rank tests are
     evaluated for rank 0 (`rank == 0`, `local_rank in [-1, 0]`, `is_main_process()` hold;
@@ -64,7 +67,7 @@ class CollectiveUnderRankGuard(Rule):
     either way. A call made once per branch of a rank guard counts as made on every rank.
 
     Silent under tests every rank answers alike: whether the job is distributed
-    (`local_rank != -1`), its world size, whether the group is initialised; for early exits
+    (`local_rank != -1`, `rank >= 0`), its world size, whether the group is initialised; for early exits
     on anything that is not a rank (a local flag); for calls of other files. A DDP
     forward/backward under a rank guard is not judged here (an evaluation forward on rank 0
     alone does not hang on torch 2.13).
@@ -147,16 +150,16 @@ class CollectiveUnderRankGuard(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
-        by_scope: dict[tuple, int] = {}
+        by_scope: dict[tuple, list] = {}
         sites = []
         for site in model.calls:
             name = collective_name(site.qualified_name)
             if name is not None:
                 sites.append((site, name))
-                key = (id(site.scope), name)
-                by_scope[key] = by_scope.get(key, 0) + 1
+                by_scope.setdefault((id(site.scope), name), []).append(site.node)
         for site, name in sites:
-            route = some_ranks_route(model, site.node, paired=by_scope[(id(site.scope), name)] > 1)
+            siblings = [other for other in by_scope[(id(site.scope), name)] if other is not site.node]
+            route = some_ranks_route(model, site.node, paired=_paired(model, site.node, siblings))
             if route is None:
                 continue
             how = "the rank guard around it reach it"
@@ -172,6 +175,22 @@ class CollectiveUnderRankGuard(Rule):
                     f"until the process group's timeout; call it on every rank, outside the guard"
                 ),
             )
+
+
+def _paired(model: SemanticModel, node: cst.Call, siblings: list) -> bool:
+    """Whether another call of the same collective in the same function can be the one the
+    other ranks make: `if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0:
+    barrier()`, or one call per branch of `if rank == 0:`. Where both are judged for the
+    main process, they pair only when it reaches exactly one of them (two barriers both in
+    the `else` of `if rank == 0:` leave rank 0 one barrier short)."""
+    here = main_rank_passes(model, node) if is_rank_guarded(model, node) else True
+    for other in siblings:
+        if not is_rank_guarded(model, other) or _only_uniform_tests(model, other):
+            continue  # every rank makes that call: it pairs with nothing
+        there = main_rank_passes(model, other)
+        if here is None or there is None or here != there:
+            return True
+    return False
 
 
 # How many calls up a route is followed (`if rank == 0: save()` -> `save` -> `sync()` -> barrier).
@@ -250,5 +269,12 @@ _UNIFORM = re.compile(r"(!=|==|>=|>|<)\s*-1\b|world_size|get_world_size|is_initi
 
 def _only_uniform_tests(model: SemanticModel, node: cst.CSTNode) -> bool:
     """Whether every rank test guarding `node` in its function is the same on every rank."""
-    rank_tests = [model.code(test) for test, _ in guard_tests(model, node) if mentions_rank(model, test)]
-    return bool(rank_tests) and all(_UNIFORM.search(text) and not re.search(r"[=<>]\s*0\b|\b0\s*[,)\]]", text) for text in rank_tests)
+    rank_tests = [test for test, _ in guard_tests(model, node) if mentions_rank(model, test)]
+    return bool(rank_tests) and all(_uniform(model, test) for test in rank_tests)
+
+
+def _uniform(model: SemanticModel, test: cst.BaseExpression) -> bool:
+    text = model.code(test)
+    if _UNIFORM.search(text) and not re.search(r"[=<>]\s*0\b|\b0\s*[,)\]]", text):
+        return True
+    return same_on_every_rank(model, test)
