@@ -545,9 +545,9 @@ def _graph(model: SemanticModel) -> _CallGraph:
                 if isinstance(function, cst.FunctionDef):
                     graph.starts_group.add(function)
             if site.qualified_name in SPAWNERS:
-                graph.spawned.update(_called_functions(model, argument(site.node, 0, "fn"), site.node))
+                graph.spawned.update(called_functions(model, argument(site.node, 0, "fn"), site.node))
                 continue
-            for function in _called_functions(model, site.node.func, site.node):
+            for function in called_functions(model, site.node.func, site.node):
                 graph.callers.setdefault(function, []).append(site.node)
         # A function that calls one of those (`setup(rank, world)` first thing in `train`)
         # starts it too.
@@ -562,7 +562,7 @@ def _graph(model: SemanticModel) -> _CallGraph:
     return graph
 
 
-def _called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], at: cst.CSTNode) -> list[cst.FunctionDef]:
+def called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], at: cst.CSTNode) -> list[cst.FunctionDef]:
     """The defs of this file a callee expression names: `f`, `self.f`, `obj.f` with `obj = C(...)`."""
     if isinstance(func, cst.Name):
         return _visible_functions(model, func.value, at)

@@ -6,7 +6,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.distributed import INIT_PROCESS_GROUP
+from dplint.distributed import INIT_PROCESS_GROUP, called_functions, callers_of
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value
 
@@ -28,7 +28,10 @@ class MissingSetDevice(Rule):
     `x.to("cuda")`, `torch.device("cuda")`) and never selects a GPU per process:
     no `torch.cuda.set_device(...)` in the file or in the project functions it calls
     (followed three calls deep, across files), no `device_id=` given to
-    `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script.
+    `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script. Where a file
+    starts several process groups (a training and a prediction worker, each an `mp.spawn`
+    target), each is judged by the placements of its own process: the functions reached
+    from its function's outermost callers in the file.
 
     Silent when the backend is not known to be NCCL on any path (`args.dist_backend` without a
     default in the file, a value from a config file), when every
@@ -119,13 +122,20 @@ class MissingSetDevice(Rule):
         inits = [site for site in model.calls if site.qualified_name == INIT_PROCESS_GROUP and _is_nccl(model, site.node)]
         if not inits or _selects_a_device(model):
             return
-        placement = _first_bare_placement(model)
-        if placement is None:
+        placements = _bare_placements(model)
+        if not placements:
             return
-        line = model.position(placement)[0].line
+        # Several process groups in one file (a training and a prediction worker): each is
+        # judged by the placements its own process runs, when the file shows them.
+        own = {id(site.node): _placements_of_process(model, site.node, placements) for site in inits}
+        narrowed = len(inits) > 1 and any(own.values())
         for site in inits:
             if argument(site.node, None, "device_id") is not None:
                 continue
+            mine = own[id(site.node)] if narrowed else placements
+            if not mine:
+                continue
+            line = model.position(mine[0])[0].line
             yield Violation(
                 node=site.node,
                 message=(
@@ -144,6 +154,9 @@ def _is_nccl(model: SemanticModel, call: cst.Call) -> bool:
     backend = argument(call, 0, "backend")
     if backend is None:
         return False
+    # Collect the file's call sites first, outside this question's step budget: collecting
+    # them asks about parameters again, which would use up the budget and answer "unknown".
+    model.flow.call_sites(call)
     values = model.flow.values_at(backend, call)
     names = []
     for value in values:
@@ -214,20 +227,75 @@ def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Opt
     return False
 
 
-def _first_bare_placement(model: SemanticModel) -> Optional[cst.CSTNode]:
-    """The first `x.cuda()`, `x.to("cuda")` or `torch.device("cuda")` of the file."""
+def _bare_placements(model: SemanticModel) -> list[cst.Call]:
+    """Every `x.cuda()`, `x.to("cuda")` and `torch.device("cuda")` of the file, in order."""
+    found = []
     for site in model.calls:
         call = site.node
         if site.qualified_name == TORCH_DEVICE and len(call.args) == 1 and _is_bare_cuda(call.args[0].value):
-            return call
+            found.append(call)
+            continue
         if not isinstance(call.func, cst.Attribute) or site.qualified_name is not None:
             continue  # torch.cuda.* and other module functions
         method = call.func.attr.value
         if method == "cuda" and not call.args:
-            return call
-        if method == "to" and call.args and call.args[0].keyword is None and _is_bare_cuda(call.args[0].value):
-            return call
+            found.append(call)
+        elif method == "to" and call.args and call.args[0].keyword is None and _is_bare_cuda(call.args[0].value):
+            found.append(call)
+    return found
+
+
+def _placements_of_process(model: SemanticModel, init: cst.Call, placements: list[cst.Call]) -> list[cst.Call]:
+    """The placements that run in the process making `init`: in the functions reached from
+    the outermost callers of its function (an `mp.spawn` target has none), or all of them when
+    that climb reaches module level."""
+    start = _owner_def(model, init)
+    if start is None:
+        return placements
+    roots, seen, stack = [], set(), [start]
+    while stack:
+        function = stack.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        callers = callers_of(model, function)
+        if not callers:
+            roots.append(function)
+        for call in callers:
+            outer = _owner_def(model, call)
+            if outer is None:
+                return placements
+            stack.append(outer)
+    callees: dict = {}
+    for site in model.calls:
+        owner = _owner_def(model, site.node)
+        if owner is not None:
+            callees.setdefault(owner, set()).update(_called_defs(model, site.node, owner))
+    reached, stack = set(), list(roots)
+    while stack:
+        function = stack.pop()
+        if function not in reached:
+            reached.add(function)
+            stack.extend(callees.get(function, ()))
+    return [p for p in placements if _owner_def(model, p) in reached or _owner_def(model, p) is None]
+
+
+def _owner_def(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return ancestor
     return None
+
+
+def _called_defs(model: SemanticModel, call: cst.Call, owner: cst.FunctionDef) -> list[cst.FunctionDef]:
+    """The defs a call of this file may run: by name, `self.m()`, or `x.m()` for a method `m`
+    of the caller's own class (a static worker handed the instance as `self`)."""
+    found = list(called_functions(model, call.func, call))
+    if isinstance(call.func, cst.Attribute) and not found:
+        owner_class = model.parent(model.parent(owner))
+        if isinstance(owner_class, cst.ClassDef):
+            found = [s for s in owner_class.body.body if isinstance(s, cst.FunctionDef) and s.name.value == call.func.attr.value]
+    return found
 
 
 def _is_bare_cuda(expr: cst.BaseExpression) -> bool:
