@@ -257,11 +257,22 @@ def wrapped_on_some_machines(model: SemanticModel, wrapping: Wrapping, at: cst.C
     owner = wrapping_model(model, wrapping)
     if owner is None or owner is model:
         return False
-    words = set().union(*(hardware_words(c.test) for c in conditions_at(owner, wrapping.call) if c.holds))
+    words = set().union(*(_hardware_words_of(owner, c.test) for c in conditions_at(owner, wrapping.call) if c.holds))
     if not words:
         return False
-    here = set().union(*(hardware_words(c.test) for c in conditions_at(model, at)))
+    here = set().union(*(_hardware_words_of(model, c.test) for c in conditions_at(model, at)))
     return not (words & here)
+
+
+def _hardware_words_of(model: SemanticModel, test: str) -> set[str]:
+    """`hardware_words` of a test, and of what its names are bound to in the file
+    (`gpu_num = torch.cuda.device_count()` ... `if gpu_num > 1:` names `device_count`)."""
+    words = hardware_words(test)
+    for name in set(_IDENTIFIER.findall(test)):
+        for binding in model.bindings.get(name, ()):
+            if binding.value is not None:
+                words |= hardware_words(model.code(binding.value))
+    return words
 
 
 def tied_to_a_wrapper_having(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode, attribute: str) -> bool:

@@ -40,8 +40,9 @@ class ModuleOnBareModel(Rule):
     `local_rank != -1`). A factory of another file that wraps under a hardware test
     (`if opt.isTrain and len(opt.gpu_ids): model = DataParallel(model)`, `n_gpu > 1`,
     `torch.cuda.device_count() > 1`) counts as "wrapped on some paths" unless the read repeats
-    a test of the same hardware: a CPU or one-GPU machine takes the bare path whatever the
-    calling script configures.
+    a test of the same hardware (names are read as what the file binds them to:
+    `gpus = torch.cuda.device_count()` ... `if gpus > 1:` is a `device_count` test): a CPU or
+    one-GPU machine takes the bare path whatever the calling script configures.
 
     Silent when the wrapping happens in another file under any other test (a factory whose
     `if training:` the caller's configuration settles), under a test naming DeepSpeed
