@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.semantic import SemanticModel, argument, dotted_name, peel_self_returning
+from dplint.semantic import SemanticModel, argument, dotted_name, literal_value, peel_self_returning
 
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 # Calls that make the process one rank of several (launched by torchrun, mp.spawn, a
@@ -65,6 +65,9 @@ RANK_WORDS = re.compile(
 # The index of a machine, not of a process: `node_rank == 0` (or `args.nr == 0`) is true for
 # every process of the first machine, so it guards nothing on one machine.
 NODE_WORDS = re.compile(r"node_?rank|machine_?rank|group_?rank|node_?id|^nr$|^node$", re.IGNORECASE)
+# "master" in names that are not the main process: the rendezvous address every rank reads
+# (`MASTER_ADDR`, `MASTER_PORT`), apex's fp32 copy of the weights (`amp.master_params()`).
+NOT_RANK_WORDS = re.compile(r"master_?(addr|port|params?|weights?|grads?)", re.IGNORECASE)
 # `args.gpu == 0` / `device_id == 0`: the process index under mp.spawn, compared with 0.
 DEVICE_INDEX_WORDS = re.compile(r"gpu|device_id", re.IGNORECASE)
 MAX_DEPTH = 8
@@ -120,11 +123,12 @@ def _reads_launcher_rank(model: SemanticModel) -> bool:
 
 
 # ------------------------------------------------------------------------ rank tests
-def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int = 2) -> bool:
-    """Whether an expression involves a rank or a main-process notion (see the module doc)."""
+def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int = 2, followed: bool = False) -> bool:
+    """Whether an expression involves a rank or a main-process notion (see the module doc).
+    `followed`: `expr` is a value bound to a name the test reads, judged by its surface."""
     if expr is None:
         return False
-    for node in _subtree(expr):
+    for node in _subtree(expr, into_calls=not followed):
         if isinstance(node, cst.Name) and is_rank_word(node.value):
             return True
         if isinstance(node, cst.Attribute) and is_rank_word(node.attr.value):
@@ -136,11 +140,11 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
         if depth > 0 and isinstance(node, cst.Name) and _is_operand(model, node):
             # `is_master = rank == 0` ... `if is_master:`, on any of its assignments
             # (`log = False` then `if dist: log = rank == 0`).
-            if any(mentions_rank(model, value, depth - 1) for value in _assigned_values(model, node)):
+            if any(mentions_rank(model, value, depth - 1, followed=True) for value in _assigned_values(model, node)):
                 return True
         if depth > 0 and isinstance(node, cst.Attribute) and _is_operand(model, node):
             # `self.is_logger = rank == 0` in `__init__`, `args.save_logs = ... and is_main_process()`.
-            if any(mentions_rank(model, value, depth - 1) for value in _attribute_values(model, node)):
+            if any(mentions_rank(model, value, depth - 1, followed=True) for value in _attribute_values(model, node)):
                 return True
         if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
             if any(_returns_rank_test(model, function, depth - 1) for function in model.functions.get(node.func.value, ())):
@@ -150,7 +154,7 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
 
 def is_rank_word(text: str) -> bool:
     """An identifier or string naming a process rank or the main process, not a machine's index."""
-    return RANK_WORDS.search(text) is not None and NODE_WORDS.search(text) is None
+    return RANK_WORDS.search(text) is not None and NODE_WORDS.search(text) is None and NOT_RANK_WORDS.search(text) is None
 
 
 def _assigned_values(model: SemanticModel, name: cst.Name) -> list[cst.BaseExpression]:
@@ -211,11 +215,24 @@ def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: i
     return any(mentions_rank(model, statement.value, depth) for statement in returns)
 
 
-def _subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+# Calls whose result is their argument, reshaped: `int(os.environ["RANK"])`, `os.getenv("RANK")`.
+_CONVERSIONS = {"int", "str", "bool", "float", "getenv", "get"}
+
+
+def _subtree(node: cst.CSTNode, into_calls: bool = True) -> Iterator[cst.CSTNode]:
+    """The nodes of a tree; with `into_calls=False` the arguments of a call are left out
+    (but for conversions such as `int(...)`): a value bound to a name is a rank test when a
+    rank shows at its surface (`is_master = rank == 0`), not when some call deep inside it
+    happens to take a rank-named argument (`overflow = math.isnan(norm_of(master_params))`)."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
+        if not into_calls and isinstance(current, cst.Call):
+            callee = current.func.attr.value if isinstance(current.func, cst.Attribute) else getattr(current.func, "value", "")
+            if callee not in _CONVERSIONS:
+                stack.append(current.func)
+                continue
         stack.extend(reversed(current.children))
 
 
@@ -233,7 +250,7 @@ def is_rank_guarded(model: SemanticModel, node: cst.CSTNode) -> bool:
     child = node
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            return _has_rank_decorator(ancestor)
+            return has_rank_decorator(ancestor)
         if isinstance(ancestor, cst.If) and child is not ancestor.test and mentions_rank(model, ancestor.test):
             return True
         if isinstance(ancestor, cst.IfExp) and child is not ancestor.test and mentions_rank(model, ancestor.test):
@@ -246,7 +263,7 @@ def is_rank_guarded(model: SemanticModel, node: cst.CSTNode) -> bool:
     return False
 
 
-def _has_rank_decorator(definition: cst.CSTNode) -> bool:
+def has_rank_decorator(definition: cst.CSTNode) -> bool:
     """`@rank_zero_only`, `@master_only`, `@main_process_only`..."""
     if not isinstance(definition, cst.FunctionDef):
         return False
@@ -264,12 +281,13 @@ def _after_rank_exit(model: SemanticModel, block: cst.CSTNode, statement: cst.CS
             return False
         if isinstance(sibling, cst.If) and mentions_rank(model, sibling.test):
             branches = [sibling.body, sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None]
-            if any(branch is not None and _ends_in_exit(model, branch) for branch in branches):
+            if any(branch is not None and ends_in_exit(model, branch) for branch in branches):
                 return True
     return False
 
 
-def _ends_in_exit(model: SemanticModel, block: cst.BaseSuite) -> bool:
+def ends_in_exit(model: SemanticModel, block: cst.BaseSuite) -> bool:
+    """A block whose last statement leaves it: `return`, `raise`, `continue`, `break`, `sys.exit()`."""
     last = block.body[-1] if block.body else None
     if isinstance(last, cst.SimpleStatementLine):
         last = last.body[-1]
@@ -280,6 +298,194 @@ def _ends_in_exit(model: SemanticModel, block: cst.BaseSuite) -> bool:
         and isinstance(last.value, cst.Call)
         and (model.qualified_name(last.value.func) or dotted_name(last.value.func)) in EXITS
     )
+
+
+def guard_tests(model: SemanticModel, node: cst.CSTNode) -> list[tuple[cst.BaseExpression, bool]]:
+    """The tests a node passes inside its own function (or module), innermost first, each with
+    the answer it needs: True for the `if` (or `x if test else y`, `test and x`) around it,
+    False in their `else`, and the opposite of an earlier `if test: return` in the same block
+    (True for `if test: ... else: return`)."""
+    found = []
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            found.append((ancestor.test, child is ancestor.body))
+        if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+            found.append((ancestor.left, isinstance(ancestor.operator, cst.And)))
+        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+            for sibling in ancestor.body:
+                if sibling is child:
+                    break
+                if isinstance(sibling, cst.If):
+                    if ends_in_exit(model, sibling.body):
+                        found.append((sibling.test, False))
+                    elif isinstance(sibling.orelse, cst.Else) and ends_in_exit(model, sibling.orelse.body):
+                        found.append((sibling.test, True))
+        child = ancestor
+    return found
+
+
+# ------------------------------------------------------------------------ the main rank
+# Names that are true on the main process only (`is_master`, `is_main_process()`,
+# `trainer.is_global_zero`, `rank_zero`): checked before RANK_WORDS, which they overlap.
+MAIN_WORDS = re.compile(
+    r"master|main_?process|is_main|global_zero|process_zero|is_primary|is_chief|is_root|root_worker|rank_?(0|zero)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A call of `function`: its parameters are read as the call's arguments."""
+
+    call: cst.Call
+    function: cst.FunctionDef
+    bound: bool
+
+
+BOTH = frozenset((True, False))
+
+
+def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Optional[CallSite] = None,
+                    depth: int = 2, rank: int = 0) -> Optional[frozenset]:
+    """The answers `test` can give on the main process of a multi-process job (rank 0, local
+    rank 0): `rank == 0`, `args.local_rank in [-1, 0]`, `is_main_process()` give {True};
+    `rank != 0`, `local_rank not in (-1, 0)`, `if rank:` give {False}; a part that involves no
+    rank (a configuration flag, the same on every rank) may give either; `and`/`or`/`not`
+    combine them. A name or attribute bound to a rank test (every binding alike), and a
+    parameter of `site.function` read as what `site.call` passes, are followed. None when a
+    part involves a rank in a way this cannot evaluate. With `rank`, the same for the process of
+    that rank (and local rank): `is_main_process()` holds on rank 0 only."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = main_rank_truth(model, test.expression, site, depth, rank)
+        return None if inner is None else frozenset(not value for value in inner)
+    if isinstance(test, cst.BooleanOperation):
+        left = main_rank_truth(model, test.left, site, depth, rank)
+        right = main_rank_truth(model, test.right, site, depth, rank)
+        both_and = isinstance(test.operator, cst.And)
+        short = False if both_and else True  # the answer that settles `and` / `or` alone
+        if left is None or right is None:
+            return frozenset((short,)) if frozenset((short,)) in (left, right) else None
+        return frozenset((a and b) if both_and else (a or b) for a in left for b in right)
+    if isinstance(test, cst.Comparison):
+        answer = _main_rank_comparison(test, rank)
+        if answer is not None:
+            return frozenset((answer,))
+    elif _is_main_reference(test):
+        return frozenset((rank == 0,))
+    elif _rank_number(test) is not None:
+        return frozenset((rank != 0,))  # `if rank:`: rank 0 is falsy
+    try:
+        return frozenset((bool(literal_value(test)),))
+    except ValueError:
+        pass
+    if depth > 0 and isinstance(test, (cst.Name, cst.Attribute)):
+        values = _parameter_values(model, test, site) if isinstance(test, cst.Name) else []
+        if values:
+            site = None  # the argument is read where the call is
+        else:
+            values = _assigned_values(model, test) if isinstance(test, cst.Name) else _attribute_values(model, test)
+        answers = [main_rank_truth(model, value, site, depth - 1, rank) for value in values]
+        if answers and None not in answers:
+            return frozenset().union(*answers)
+    return None if mentions_rank(model, test) else BOTH
+
+
+def _is_main_reference(expr: cst.BaseExpression) -> bool:
+    """`is_master`, `args.is_main_process`, `is_main_process()`, `accelerator.is_main_process`."""
+    target = expr.func if isinstance(expr, cst.Call) else expr
+    return isinstance(target, (cst.Name, cst.Attribute)) and MAIN_WORDS.search(_last_identifier(target)) is not None
+
+
+def _rank_number(expr: cst.BaseExpression) -> Optional[int]:
+    """0 for an expression holding the main process's rank (`rank`, `args.local_rank`,
+    `dist.get_rank()`, `int(os.environ["LOCAL_RANK"])`, `args.gpu` under mp.spawn); None otherwise."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "int" and len(expr.args) == 1:
+        return _rank_number(expr.args[0].value)
+    if isinstance(expr, cst.Call) and not expr.args and isinstance(expr.func, (cst.Name, cst.Attribute)):
+        name = _last_identifier(expr.func)
+        return 0 if re.search(r"get_(local_|global_)?rank$", name) and NODE_WORDS.search(name) is None else None
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        if isinstance(key, cst.SimpleString) and key.value.strip("'\"") in ("RANK", "LOCAL_RANK"):
+            return 0
+        return None
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        name = _last_identifier(expr)
+        if MAIN_WORDS.search(name) is None and (
+            re.search(r"(^|_)rank$", name, re.IGNORECASE) or DEVICE_INDEX_WORDS.fullmatch(name)
+        ) and NODE_WORDS.search(name) is None:
+            return 0
+    return None
+
+
+def _numbers(expr: cst.BaseExpression) -> Optional[tuple[int, ...]]:
+    items = [element.value for element in expr.elements] if isinstance(expr, (cst.List, cst.Tuple, cst.Set)) else [expr]
+    try:
+        values = tuple(literal_value(item) for item in items)
+    except ValueError:
+        return None
+    return values if all(isinstance(v, int) and not isinstance(v, bool) for v in values) else None
+
+
+def _main_rank_comparison(test: cst.Comparison, process: int = 0) -> Optional[bool]:
+    if len(test.comparisons) != 1:
+        return None
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    left = test.left
+    rank = _rank_number(left)
+    numbers = _numbers(right)
+    if rank is None and isinstance(operator, (cst.Equal, cst.NotEqual)):
+        left, right = right, left  # `0 == rank`
+        rank, numbers = _rank_number(left), _numbers(right)
+    if rank is None or numbers is None:
+        return None
+    rank = process
+    if isinstance(operator, (cst.In, cst.NotIn)):
+        return (rank in numbers) == isinstance(operator, cst.In)
+    if len(numbers) != 1 or isinstance(right, (cst.List, cst.Tuple, cst.Set)):
+        return None
+    number = numbers[0]
+    compare = {
+        cst.Equal: rank == number, cst.NotEqual: rank != number, cst.LessThan: rank < number,
+        cst.GreaterThan: rank > number, cst.LessThanEqual: rank <= number, cst.GreaterThanEqual: rank >= number,
+    }
+    return compare.get(type(operator))
+
+
+def _parameter_values(model: SemanticModel, name: cst.Name, site: Optional[CallSite]) -> list[cst.BaseExpression]:
+    """What `site.call` passes for `name` when it is a parameter of `site.function`."""
+    if site is None or name.value not in {p.name.value for p in site.function.params.params + site.function.params.kwonly_params}:
+        return []
+    if enclosing_function(model, name) is not site.function:
+        return []
+    value = model.flow.parameter_argument(site.call, site.function, name.value, site.bound)
+    return [value] if value is not None else []
+
+
+def same_on_every_rank(model: SemanticModel, test: cst.BaseExpression) -> bool:
+    """A rank test every process of a distributed job answers alike: `local_rank != -1`,
+    `rank >= 0` (-1 meaning "not distributed"), judged for ranks 0, 1 and 2."""
+    answers = {main_rank_truth(model, test, rank=rank) for rank in (0, 1, 2)}
+    return len(answers) == 1 and None not in answers
+
+
+def main_rank_passes(model: SemanticModel, node: cst.CSTNode, site: Optional[CallSite] = None) -> Optional[bool]:
+    """Whether the main process, once in the function around `node`, can pass every rank test
+    on the way to it (True), surely fails one (False), or a test can't be told (None).
+    Configuration parts of a test (`args.do_eval and rank == 0`) may go either way."""
+    answer: Optional[bool] = True
+    for test, needed in guard_tests(model, node):
+        if not mentions_rank(model, test):
+            continue
+        answers = main_rank_truth(model, test, site)
+        if answers is None:
+            answer = None
+        elif needed not in answers:
+            return False
+    return answer
 
 
 # ------------------------------------------------------------------------ reachability
@@ -339,9 +545,9 @@ def _graph(model: SemanticModel) -> _CallGraph:
                 if isinstance(function, cst.FunctionDef):
                     graph.starts_group.add(function)
             if site.qualified_name in SPAWNERS:
-                graph.spawned.update(_called_functions(model, argument(site.node, 0, "fn"), site.node))
+                graph.spawned.update(called_functions(model, argument(site.node, 0, "fn"), site.node))
                 continue
-            for function in _called_functions(model, site.node.func, site.node):
+            for function in called_functions(model, site.node.func, site.node):
                 graph.callers.setdefault(function, []).append(site.node)
         # A function that calls one of those (`setup(rank, world)` first thing in `train`)
         # starts it too.
@@ -356,7 +562,7 @@ def _graph(model: SemanticModel) -> _CallGraph:
     return graph
 
 
-def _called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], at: cst.CSTNode) -> list[cst.FunctionDef]:
+def called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], at: cst.CSTNode) -> list[cst.FunctionDef]:
     """The defs of this file a callee expression names: `f`, `self.f`, `obj.f` with `obj = C(...)`."""
     if isinstance(func, cst.Name):
         return _visible_functions(model, func.value, at)

@@ -161,10 +161,19 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
             if isinstance(ancestor, cst.IfExp):
                 in_else = child is ancestor.orelse
             if in_body or in_else:
-                found.append(model.flow.condition(ancestor.test, holds=in_body))
+                found.extend(_conjuncts(model, ancestor.test, in_body))
         child = ancestor
     del scope
     return tuple(found)
+
+
+def _conjuncts(model: SemanticModel, test: cst.BaseExpression, holds: bool) -> list:
+    """The test's condition, and those of its parts that hold with it: both sides of an `and`
+    that holds (`if acc_step and local_rank != -1:`), both of an `or` that fails."""
+    found = [model.flow.condition(test, holds=holds)]
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if holds else cst.Or):
+        found += _conjuncts(model, test.left, holds) + _conjuncts(model, test.right, holds)
+    return found
 
 
 def _is_within(child: cst.CSTNode, part: cst.CSTNode) -> bool:
@@ -227,3 +236,58 @@ def is_store(model: SemanticModel, node: cst.Attribute) -> bool:
     if isinstance(parent, (cst.AssignTarget, cst.Del)):
         return True
     return isinstance(parent, (cst.AnnAssign, cst.AugAssign)) and parent.target is node
+
+
+# A test that a machine answers by its hardware (`len(opt.gpu_ids)`, `n_gpu > 1`,
+# `torch.cuda.device_count() > 1`, `torch.cuda.is_available()`): the user's machine decides it,
+# not the configuration the calling script sets up.
+_HARDWARE_WORD = re.compile(r"gpu|device_count|cuda", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def hardware_words(test: str) -> set[str]:
+    """The identifiers of a test's text that name GPUs or devices (`gpu_ids`, `device_count`)."""
+    return {word for word in _IDENTIFIER.findall(test) if _HARDWARE_WORD.search(word)}
+
+
+def wrapped_on_some_machines(model: SemanticModel, wrapping: Wrapping, at: cst.CSTNode) -> bool:
+    """A wrapping made in another file's factory under a hardware test (`if opt.isTrain and
+    len(opt.gpu_ids): model = DataParallel(model)`) that the code at `at` does not repeat: a
+    CPU or one-GPU machine takes the bare path whatever the calling script configures."""
+    owner = wrapping_model(model, wrapping)
+    if owner is None or owner is model:
+        return False
+    words = set().union(*(_hardware_words_of(owner, c.test) for c in conditions_at(owner, wrapping.call) if c.holds))
+    if not words:
+        return False
+    here = set().union(*(_hardware_words_of(model, c.test) for c in conditions_at(model, at)))
+    return not (words & here)
+
+
+def _hardware_words_of(model: SemanticModel, test: str) -> set[str]:
+    """`hardware_words` of a test, and of what its names are bound to in the file
+    (`gpu_num = torch.cuda.device_count()` ... `if gpu_num > 1:` names `device_count`)."""
+    words = hardware_words(test)
+    for name in set(_IDENTIFIER.findall(test)):
+        for binding in model.bindings.get(name, ()):
+            if binding.value is not None:
+                words |= hardware_words(model.code(binding.value))
+    return words
+
+
+def tied_to_a_wrapper_having(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode, attribute: str) -> bool:
+    """Whether the read at `at` sits under a test that every wrapping having `attribute` was
+    made under and no wrapping lacking it was: `if local_rank != -1: model = DDP(model)` ...
+    `if local_rank != -1: with model.no_sync():` is meant for the DDP path, even when an
+    `if n_gpu > 1: model = DataParallel(model)` elsewhere could also reach it (the two tests
+    are exclusive in practice, but not the same test)."""
+    here = {(c.test, c.scope, c.holds) for c in conditions_at(model, at)}
+    having, lacking = [], []
+    for wrapping, path in model.flow.wrappings_at(expr, at):
+        if wrapping is None:
+            continue
+        keys = {(c.test, c.scope, c.holds) for c in path}
+        (having if wrapper_has(wrapping.kind, attribute) else lacking).append(keys)
+    if not having or not lacking:
+        return False
+    return bool(set.intersection(*having) & here - set.union(*lacking))

@@ -10,7 +10,15 @@ from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Viola
 from dplint.semantic import SemanticModel
 from dplint.training import wrappings as wrappers_built
 from dplint.project import owns
-from dplint.wrappers import WRAPPER_CLASS_NAMES, is_store, narrowed_to_wrapper, wrapper_has, wrapper_paths, wrapping_model
+from dplint.wrappers import (
+    WRAPPER_CLASS_NAMES,
+    is_store,
+    narrowed_to_wrapper,
+    tied_to_a_wrapper_having,
+    wrapper_has,
+    wrapper_paths,
+    wrapping_model,
+)
 
 
 class AttributeThroughWrapper(Rule):
@@ -30,7 +38,10 @@ class AttributeThroughWrapper(Rule):
     different things, an unknown library's wrapper or a project subclass with its own
     `__getattr__`), when the wrapper exists only on some paths and those are decided in
     another file (a factory's `if opt.isTrain:`), when the attribute is assigned on the wrapper in the file
-    (`ddp.epoch = 0`), and under a test of the object itself (`if hasattr(m, "features")`,
+    (`ddp.epoch = 0`), under the very test that made the wrapper that has the attribute when
+    the wrapper lacking it was made under another (`if n_gpu > 1: DataParallel` /
+    `elif local_rank != -1: DDP`, then `if step_skips and local_rank != -1: model.no_sync()`:
+    the parts of a compound test are judged one by one), and under a test of the object itself (`if hasattr(m, "features")`,
     `isinstance(m, DDP)` in its `else`).
 
     ## Why is this bad?
@@ -130,6 +141,8 @@ class AttributeThroughWrapper(Rule):
                 # Wrapped only on some paths, decided in another file (`if opt.isTrain:` in a
                 # factory): the caller's configuration usually settles it; say nothing.
                 continue
+            if tied_to_a_wrapper_having(model, base, node, attribute):
+                continue  # `if local_rank != -1: model.no_sync()`, the test that made the DDP
             kind = WRAPPER_CLASS_NAMES[wrappings[0].kind]
             line = model.position(wrappings[0].call)[0].line if wrappings[0].scope is not None and owns(model, wrappings[0].call) else None
             where = "" if bare == 0 else f" on the path where it is wrapped{f' (line {line})' if line else ''}"

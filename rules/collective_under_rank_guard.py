@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.distributed import enclosing_function, is_rank_guarded, mentions_rank
+from dplint.distributed import (
+    CallSite,
+    callers_of,
+    has_rank_decorator,
+    enclosing_function,
+    guard_tests,
+    is_rank_guarded,
+    main_rank_passes,
+    same_on_every_rank,
+    mentions_rank,
+)
 from dplint.rule import Example, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 
@@ -37,16 +47,30 @@ class CollectiveUnderRankGuard(Rule):
     Flags a `torch.distributed` collective (`barrier`, `all_reduce`, `all_gather`,
     `broadcast`, `reduce`, `gather`, `scatter`, the `*_object` forms, ...) that only some
     ranks reach: inside `if rank == 0:` (or any rank guard: `is_main_process()`,
-    `args.local_rank in (-1, 0)`, a guard held in a variable), after an early `return` on
-    the other ranks, in a `@rank_zero_only` function, or in a function of the file that is
-    only ever called under such a guard.
+    `args.local_rank in (-1, 0)`, a guard held in a variable or attribute), after an early
+    `return` on the other ranks, in a `@rank_zero_only` function, or in a function of the file
+    that one of its calls, up to four calls away, only reaches under such a guard
+    (`if rank == 0: write_index()` -> `list_shards()` -> `snapshot_folder()` -> `barrier()`).
+    One such route is enough: every rank taking another route does not change that the guarded
+    one hangs.
 
-    Silent when the same function (or module body) calls the same collective more than once:
-    that is the "first rank goes ahead" pattern (`if local_rank not in (-1, 0): barrier()` ...
-    `if local_rank == 0: barrier()`), or one call per branch of the guard, where every rank
-    does reach one of them. Silent too under tests every rank answers alike: whether the
-    job is distributed (`local_rank != -1`), its world size, whether the group is initialised.
-    A DDP forward/backward under a rank guard is not judged here.
+    A collective its function also calls elsewhere, where the other ranks are (the "first
+    rank goes ahead" pair `if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0:
+    barrier()`, or one call per branch of the guard: rank 0 reaches exactly one of the two;
+    two barriers both in the `else` of `if rank <= 0:` do not pair), is matched on every rank
+    that runs the function, so it is
+    flagged only when the function itself is reached through a call only the main process
+    makes and the main process passes the collective's own rank tests there: rank tests are
+    evaluated for rank 0 (`rank == 0`, `local_rank in [-1, 0]`, `is_main_process()` hold;
+    `rank != 0`, `if rank:` fail), with the function's parameters read as what that call
+    passes (`and not evaluate` with `evaluate=True`); a configuration part of a test may go
+    either way. A call made once per branch of a rank guard counts as made on every rank.
+
+    Silent under tests every rank answers alike: whether the job is distributed
+    (`local_rank != -1`, `rank >= 0`), its world size, whether the group is initialised; for early exits
+    on anything that is not a rank (a local flag); for calls of other files. A DDP
+    forward/backward under a rank guard is not judged here (an evaluation forward on rank 0
+    alone does not hang on torch 2.13).
 
     ## Why is this bad?
     A collective returns only when every rank of the process group has entered it. The ranks
@@ -126,39 +150,116 @@ class CollectiveUnderRankGuard(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
-        by_scope: dict[tuple, int] = {}
+        by_scope: dict[tuple, list] = {}
         sites = []
         for site in model.calls:
             name = collective_name(site.qualified_name)
             if name is not None:
                 sites.append((site, name))
-                key = (id(site.scope), name)
-                by_scope[key] = by_scope.get(key, 0) + 1
+                by_scope.setdefault((id(site.scope), name), []).append(site.node)
         for site, name in sites:
-            if by_scope[(id(site.scope), name)] > 1:
-                continue  # paired calls: each rank reaches one of them
-            if not only_some_ranks_reach(model, site.node):
+            siblings = [other for other in by_scope[(id(site.scope), name)] if other is not site.node]
+            route = some_ranks_route(model, site.node, paired=_paired(model, site.node, siblings))
+            if route is None:
                 continue
+            how = "the rank guard around it reach it"
+            if route:
+                outer = route[-1]
+                how = (f"the rank guard around `{model.code(outer.func)}()` (line {model.position(outer)[0].line}) "
+                       f"reach it, through that call")
             yield Violation(
                 node=site.node,
                 message=(
                     f"`{model.code(site.node.func)}()` is a collective that every rank must call, but only the ranks "
-                    f"that pass the rank guard around it reach it: the others never enter it, so the job hangs "
+                    f"that pass {how}: the others never enter it, so the job hangs "
                     f"until the process group's timeout; call it on every rank, outside the guard"
                 ),
             )
 
 
-def only_some_ranks_reach(model: SemanticModel, node: cst.CSTNode, depth: int = 4) -> bool:
-    """Under a rank guard in its own function, or in a function of this file whose every
-    call (there is at least one, and it cannot be called from elsewhere) is."""
-    if is_rank_guarded(model, node) and not _only_uniform_tests(model, node):
-        return True
+def _paired(model: SemanticModel, node: cst.Call, siblings: list) -> bool:
+    """Whether another call of the same collective in the same function can be the one the
+    other ranks make: `if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0:
+    barrier()`, or one call per branch of `if rank == 0:`. Where both are judged for the
+    main process, they pair only when it reaches exactly one of them (two barriers both in
+    the `else` of `if rank == 0:` leave rank 0 one barrier short)."""
+    here = main_rank_passes(model, node) if is_rank_guarded(model, node) else True
+    for other in siblings:
+        if not is_rank_guarded(model, other) or _only_uniform_tests(model, other):
+            continue  # every rank makes that call: it pairs with nothing
+        there = main_rank_passes(model, other)
+        if here is None or there is None or here != there:
+            return True
+    return False
+
+
+# How many calls up a route is followed (`if rank == 0: save()` -> `save` -> `sync()` -> barrier).
+ROUTE_DEPTH = 4
+
+
+def some_ranks_route(model: SemanticModel, node: cst.CSTNode, paired: bool = False,
+                     depth: int = ROUTE_DEPTH) -> Optional[tuple[cst.Call, ...]]:
+    """The calls through which only some ranks reach `node`, innermost first: () when a rank
+    guard in its own function is enough, None when every rank reaches it or we can't tell.
+
+    A collective its function calls more than once (`paired`: the first-rank-goes-ahead
+    pattern, one call per branch) is matched on every rank that runs the function; it is
+    reached by some ranks only when the function itself is, through a call that only the
+    main process makes, and the main process passes the collective's own rank tests there
+    (`if local_rank == 0: barrier()` inside a function only rank 0 calls)."""
+    own_tests = [test for test, _ in guard_tests(model, node) if mentions_rank(model, test)]
+    restricted = is_rank_guarded(model, node) and not _only_uniform_tests(model, node)
+    if restricted and not paired:
+        return ()
     function = enclosing_function(model, node)
     if depth <= 0 or not isinstance(function, cst.FunctionDef):
-        return False
+        return None
+    for call, bound in _calls_of(model, function):
+        need_main = bool(own_tests) or has_rank_decorator(function)
+        if need_main and main_rank_passes(model, node, CallSite(call, function, bound)) is not True:
+            continue
+        route = _caller_route(model, call, function, need_main, depth - 1)
+        if route is not None:
+            return (call, *route)
+    return None
+
+
+def _caller_route(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef, need_main: bool,
+                  depth: int) -> Optional[tuple[cst.Call, ...]]:
+    """The calls (outward) through which only some ranks make `call` (with `need_main`: the
+    main process among them); None when every rank makes it, or we can't tell."""
+    restricted = is_rank_guarded(model, call) and not _only_uniform_tests(model, call)
+    if need_main and main_rank_passes(model, call) is not True:
+        return None
+    if restricted:
+        # `if rank == 0: run(a)` / `else: run(b)`: one call per branch, every rank runs it.
+        return None if _calls_in_scope(model, call, callee) > 1 else ()
+    function = enclosing_function(model, call)
+    if depth <= 0 or not isinstance(function, cst.FunctionDef):
+        return None
+    for outer, _ in _calls_of(model, function):
+        route = _caller_route(model, outer, function, need_main, depth - 1)
+        if route is not None:
+            return (outer, *route)
+    return None
+
+
+def _calls_in_scope(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef) -> int:
+    scope = model.scope(call)
+    return sum(1 for other, _ in _calls_of(model, callee) if model.scope(other) is scope)
+
+
+def _calls_of(model: SemanticModel, function: cst.FunctionDef) -> list[tuple[cst.Call, bool]]:
+    """The calls of `function` this file shows, each with whether it binds `self`. Calls we
+    can't see do not matter here: one route that only some ranks take is enough to hang."""
     sites = model.flow.call_sites(function)
-    return bool(sites) and all(only_some_ranks_reach(model, call, depth - 1) for call, _ in sites)
+    if sites is not None:
+        return sites
+    found = []
+    for call in callers_of(model, function):
+        callee = model.flow.callee(call, local=True)
+        found.append((call, bool(callee is not None and callee.bound)))
+    return found
 
 
 # Tests that every rank of one job answers alike: whether the job is distributed at all
@@ -168,27 +269,12 @@ _UNIFORM = re.compile(r"(!=|==|>=|>|<)\s*-1\b|world_size|get_world_size|is_initi
 
 def _only_uniform_tests(model: SemanticModel, node: cst.CSTNode) -> bool:
     """Whether every rank test guarding `node` in its function is the same on every rank."""
-    tests = []
-    child = node
-    for ancestor in model.ancestors(node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            break
-        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
-            tests.append(ancestor.test)
-        if isinstance(ancestor, cst.IndentedBlock):
-            for statement in ancestor.body:
-                if statement is child:
-                    break
-                if isinstance(statement, cst.If) and _exits(statement):
-                    tests.append(statement.test)
-        child = ancestor
-    rank_tests = [model.code(t) for t in tests if mentions_rank(model, t)]
-    return bool(rank_tests) and all(_UNIFORM.search(text) and not re.search(r"[=<>]\s*0\b|\b0\s*[,)\]]", text) for text in rank_tests)
+    rank_tests = [test for test, _ in guard_tests(model, node) if mentions_rank(model, test)]
+    return bool(rank_tests) and all(_uniform(model, test) for test in rank_tests)
 
 
-def _exits(statement: cst.If) -> bool:
-    body = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else ()
-    return any(
-        isinstance(small, (cst.Return, cst.Raise))
-        for line in body if isinstance(line, cst.SimpleStatementLine) for small in line.body
-    )
+def _uniform(model: SemanticModel, test: cst.BaseExpression) -> bool:
+    text = model.code(test)
+    if _UNIFORM.search(text) and not re.search(r"[=<>]\s*0\b|\b0\s*[,)\]]", text):
+        return True
+    return same_on_every_rank(model, test)

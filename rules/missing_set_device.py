@@ -6,7 +6,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.distributed import INIT_PROCESS_GROUP
+from dplint.distributed import INIT_PROCESS_GROUP, called_functions, callers_of
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value
 
@@ -20,14 +20,21 @@ SEARCH_DEPTH = 3
 class MissingSetDevice(Rule):
     """
     ## What it does
-    Flags `init_process_group` with the `nccl` backend (a literal, or a name that holds
-    one on every path) in a file that places work on the bare `cuda` device (`x.cuda()`,
+    Flags `init_process_group` with the `nccl` backend (a literal; a name that holds `"nccl"`
+    on one path and another literal backend on the others, `"nccl" if use_gpu else "gloo"`,
+    since `cuda` placements only run on the GPU path; `args.<name>` whose
+    `add_argument("--<name>", default="nccl")` is in the file) in a file that places work on
+    the bare `cuda` device (`x.cuda()`,
     `x.to("cuda")`, `torch.device("cuda")`) and never selects a GPU per process:
     no `torch.cuda.set_device(...)` in the file or in the project functions it calls
     (followed three calls deep, across files), no `device_id=` given to
-    `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script.
+    `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script. Where a file
+    starts several process groups (a training and a prediction worker, each an `mp.spawn`
+    target), each is judged by the placements of its own process: the functions reached
+    from its function's outermost callers in the file.
 
-    Silent when the backend is not known to be NCCL (`args.dist_backend`), when every
+    Silent when the backend is not known to be NCCL on any path (`args.dist_backend` without a
+    default in the file, a value from a config file), when every
     placement names its device (`.cuda(local_rank)`, `.to(f"cuda:{rank}")`), and where
     a launcher or library starts the processes for the script (Lightning, Accelerate,
     DeepSpeed): they set the device themselves.
@@ -115,13 +122,20 @@ class MissingSetDevice(Rule):
         inits = [site for site in model.calls if site.qualified_name == INIT_PROCESS_GROUP and _is_nccl(model, site.node)]
         if not inits or _selects_a_device(model):
             return
-        placement = _first_bare_placement(model)
-        if placement is None:
+        placements = _bare_placements(model)
+        if not placements:
             return
-        line = model.position(placement)[0].line
+        # Several process groups in one file (a training and a prediction worker): each is
+        # judged by the placements its own process runs, when the file shows them.
+        own = {id(site.node): _placements_of_process(model, site.node, placements) for site in inits}
+        narrowed = len(inits) > 1 and any(own.values())
         for site in inits:
             if argument(site.node, None, "device_id") is not None:
                 continue
+            mine = own[id(site.node)] if narrowed else placements
+            if not mine:
+                continue
+            line = model.position(mine[0])[0].line
             yield Violation(
                 node=site.node,
                 message=(
@@ -134,20 +148,61 @@ class MissingSetDevice(Rule):
 
 
 def _is_nccl(model: SemanticModel, call: cst.Call) -> bool:
+    """NCCL on at least one path the code shows, every other path naming another backend:
+    `"nccl"`, `backend = "nccl" if use_gpu else "gloo"` (the GPU path is the one that places
+    work on `cuda`), `args.backend` whose command-line option defaults to `"nccl"`."""
     backend = argument(call, 0, "backend")
     if backend is None:
         return False
+    # Collect the file's call sites first, outside this question's step budget: collecting
+    # them asks about parameters again, which would use up the budget and answer "unknown".
+    model.flow.call_sites(call)
     values = model.flow.values_at(backend, call)
-    if not values:
-        return False
+    names = []
     for value in values:
+        if not value.known:
+            return False
+        text = _backend_name(value.model, value.expr)
+        if text is None:
+            return False
+        names.append(text)
+    return any("nccl" in name for name in names)
+
+
+def _backend_name(model: SemanticModel, expr: cst.BaseExpression) -> Optional[str]:
+    """The backend a literal names, or the default of the command-line option an
+    `args.<name>` reads (`parser.add_argument("--dist-backend", default="nccl")` in this file)."""
+    try:
+        text = literal_value(expr)
+    except ValueError:
+        text = _option_default(model, expr)
+    return text.lower() if isinstance(text, str) else None
+
+
+def _option_default(model: SemanticModel, expr: cst.BaseExpression) -> Optional[str]:
+    if not isinstance(expr, cst.Attribute):
+        return None
+    wanted = expr.attr.value
+    for site in model.calls:
+        call = site.node
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
+            continue
+        dest = argument(call, None, "dest")
         try:
-            text = literal_value(value.expr) if value.known else None
+            names = [literal_value(dest)] if dest is not None else [
+                literal_value(arg.value) for arg in call.args if arg.keyword is None]
         except ValueError:
-            return False
-        if not isinstance(text, str) or "nccl" not in text.lower():
-            return False
-    return True
+            continue
+        options = {str(name).lstrip("-").replace("-", "_") for name in names}
+        if wanted not in options or (dest is None and not any(str(n).startswith("--") or not str(n).startswith("-") for n in names)):
+            continue
+        default = argument(call, None, "default")
+        try:
+            value = literal_value(default) if default is not None else None
+        except ValueError:
+            return None
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Optional[set] = None) -> bool:
@@ -172,25 +227,91 @@ def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Opt
     return False
 
 
-def _first_bare_placement(model: SemanticModel) -> Optional[cst.CSTNode]:
-    """The first `x.cuda()`, `x.to("cuda")` or `torch.device("cuda")` of the file."""
+def _bare_placements(model: SemanticModel) -> list[cst.Call]:
+    """Every `x.cuda()`, `x.to("cuda")` and `torch.device("cuda")` of the file, in order."""
+    found = []
     for site in model.calls:
         call = site.node
         if site.qualified_name == TORCH_DEVICE and len(call.args) == 1 and _is_bare_cuda(call.args[0].value):
-            return call
+            found.append(call)
+            continue
         if not isinstance(call.func, cst.Attribute) or site.qualified_name is not None:
             continue  # torch.cuda.* and other module functions
         method = call.func.attr.value
         if method == "cuda" and not call.args:
-            return call
-        if method == "to" and call.args and call.args[0].keyword is None and _is_bare_cuda(call.args[0].value):
-            return call
+            found.append(call)
+        elif method == "to" and call.args and call.args[0].keyword is None and _is_bare_cuda(call.args[0].value):
+            found.append(call)
+    return found
+
+
+def _placements_of_process(model: SemanticModel, init: cst.Call, placements: list[cst.Call]) -> list[cst.Call]:
+    """The placements that run in the process making `init`: in the functions reached from
+    the outermost callers of its function (an `mp.spawn` target has none), or all of them when
+    that climb reaches module level."""
+    start = _owner_def(model, init)
+    if start is None:
+        return placements
+    roots, seen, stack = [], set(), [start]
+    while stack:
+        function = stack.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        callers = callers_of(model, function)
+        if not callers:
+            roots.append(function)
+        for call in callers:
+            outer = _owner_def(model, call)
+            if outer is None:
+                return placements
+            stack.append(outer)
+    callees: dict = {}
+    for site in model.calls:
+        owner = _owner_def(model, site.node)
+        if owner is not None:
+            callees.setdefault(owner, set()).update(_called_defs(model, site.node, owner))
+    reached, stack = set(), list(roots)
+    while stack:
+        function = stack.pop()
+        if function not in reached:
+            reached.add(function)
+            stack.extend(callees.get(function, ()))
+    return [p for p in placements if _owner_def(model, p) in reached or _owner_def(model, p) is None]
+
+
+def _owner_def(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return ancestor
     return None
 
 
+def _called_defs(model: SemanticModel, call: cst.Call, owner: cst.FunctionDef) -> list[cst.FunctionDef]:
+    """The defs a call of this file may run: by name, `self.m()`, or `x.m()` for a method `m`
+    of the caller's own class (a static worker handed the instance as `self`)."""
+    found = list(called_functions(model, call.func, call))
+    if isinstance(call.func, cst.Attribute) and not found:
+        owner_class = model.parent(model.parent(owner))
+        if isinstance(owner_class, cst.ClassDef):
+            found = [s for s in owner_class.body.body if isinstance(s, cst.FunctionDef) and s.name.value == call.func.attr.value]
+    return found
+
+
 def _is_bare_cuda(expr: cst.BaseExpression) -> bool:
+    """`"cuda"`, or `"cuda" if torch.cuda.is_available() else "cpu"`: bare `cuda` on the GPU path."""
+    if isinstance(expr, cst.IfExp):
+        branches = (expr.body, expr.orelse)
+        return any(_is_bare_cuda(b) for b in branches) and all(_is_bare_cuda(b) or _is_cpu(b) for b in branches)
     try:
         return literal_value(expr) == "cuda"
+    except ValueError:
+        return False
+
+
+def _is_cpu(expr: cst.BaseExpression) -> bool:
+    try:
+        return literal_value(expr) == "cpu"
     except ValueError:
         return False
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -9,7 +10,18 @@ import libcst as cst
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 from dplint.training import wrappings as wrappers_built
-from dplint.wrappers import is_store, known_bare_paths, narrowed_to_wrapper, wrapper_paths, wrapping_model
+from dplint.wrappers import (
+    conditions_at,
+    is_store,
+    known_bare_paths,
+    narrowed_to_wrapper,
+    wrapped_on_some_machines,
+    wrapper_paths,
+    wrapping_model,
+)
+
+# A test that holds when DeepSpeed runs the model (`if self.deepspeed:`, `args.deepspeed`).
+_DEEPSPEED = re.compile(r"deepspeed", re.IGNORECASE)
 
 
 class ModuleOnBareModel(Rule):
@@ -24,8 +36,17 @@ class ModuleOnBareModel(Rule):
     The model is followed through names, branches, `self.x`, same-file functions and imported
     project files.
 
-    Silent when the wrapping happens in another file (a factory whose `if` the caller's
-    configuration settles), when the model is never wrapped in what the analysis can see (a
+    Paths are judged with the parts of a compound test (`if acc and local_rank != -1:` holds
+    `local_rank != -1`). A factory of another file that wraps under a hardware test
+    (`if opt.isTrain and len(opt.gpu_ids): model = DataParallel(model)`, `n_gpu > 1`,
+    `torch.cuda.device_count() > 1`) counts as "wrapped on some paths" unless the read repeats
+    a test of the same hardware (names are read as what the file binds them to:
+    `gpus = torch.cuda.device_count()` ... `if gpus > 1:` is a `device_count` test): a CPU or
+    one-GPU machine takes the bare path whatever the calling script configures.
+
+    Silent when the wrapping happens in another file under any other test (a factory whose
+    `if training:` the caller's configuration settles), under a test naming DeepSpeed
+    (`if self.deepspeed:`: the object is then DeepSpeed's engine, which has `.module`), when the model is never wrapped in what the analysis can see (a
     class of the project may well have its own `module` attribute), and when what the bare path holds is
     unknown (a parameter that different callers fill differently).
 
@@ -129,8 +150,10 @@ class ModuleOnBareModel(Rule):
                 continue
             if known_bare_paths(model, base, node, wrappings) == 0:
                 continue
-            if not any(wrapping_model(model, w) is model for w in wrappings):
+            if not any(wrapping_model(model, w) is model or wrapped_on_some_machines(model, w, node) for w in wrappings):
                 continue  # wrapped in another file under its own configuration test: can't tell
+            if any(c.holds and _DEEPSPEED.search(c.test) for c in conditions_at(model, node)):
+                continue  # under DeepSpeed the object is its engine, which has `.module` too
             target = model.code(base)
             yield Violation(
                 node=node,
