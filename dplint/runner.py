@@ -199,8 +199,8 @@ def run(
     keys: dict[str, tuple[str, str]] = {}  # path -> (content hash, rule set) for the cache
     sizes: dict[str, int] = {}
     for path in files:
-        if path.endswith(".ipynb"):  # notebooks (dplint/notebook.py): linted here, not cached
-            reports[path] = process_file(path, settings, fix)
+        if path.endswith(".ipynb"):  # notebooks (dplint/notebook.py): linted here, alone (no project)
+            reports[path] = _notebook_report(path, settings, fix, cache)
             continue
         try:
             source = read_source(path)
@@ -245,6 +245,34 @@ def run(
     if cache is not None:
         cache.save()
     return RunReport(ordered, len(files))
+
+
+def _notebook_report(path: str, settings: Settings, fix: Optional[FixOptions], cache) -> FileReport:
+    """A notebook's report, from the cache when its bytes and rules are those of a cached run.
+
+    A notebook is analysed without the project, so nothing but its bytes and the rules decide
+    its findings. Only lint runs use the cache; the result is stored only when the notebook's
+    bytes after linting are those read before (not edited meanwhile)."""
+    if cache is None or fix is not None:
+        return process_file(path, settings, fix)
+    from dplint.cache import rule_set_key
+
+    try:
+        raw = read_source(path).raw
+    except SourceError:
+        return process_file(path, settings, fix)
+    key = (content_key(raw), rule_set_key(settings.enabled_codes(path)))
+    cached = cache.get(path, *key)
+    if cached is not None:
+        return cached
+    report = process_file(path, settings, fix)
+    try:
+        unchanged = read_source(path).raw == raw
+    except SourceError:
+        unchanged = False
+    if unchanged and not report.errors:
+        cache.put(path, *key, report)
+    return report
 
 
 def wants_fix(finding: Finding, fix: FixOptions) -> bool:

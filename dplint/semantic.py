@@ -156,6 +156,7 @@ class SemanticModel:
         self.classes: dict[str, cst.ClassDef] = {}
         self.references: dict[str, list[tuple[cst.CSTNode, Scope, int]]] = {}  # loads of a key
         self._parent: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._children: Optional[dict[cst.CSTNode, list[cst.CSTNode]]] = None  # built on first use
         self._order: dict[cst.CSTNode, int] = {}
         self._scope_of: dict[cst.CSTNode, Scope] = {}  # scope-creating node -> Scope
         self._node_scope: dict[cst.CSTNode, Scope] = {}  # any recorded node -> its scope
@@ -182,6 +183,16 @@ class SemanticModel:
     # ----------------------------------------------------------------- tree navigation
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return self._parent.get(node)
+
+    def children(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The node's children in source order, as `node.children` lists them, read from the
+        parent table: LibCST's `children` walks the node with a visitor on every call."""
+        if self._children is None:
+            table: dict[cst.CSTNode, list[cst.CSTNode]] = {}
+            for child, parent in self._parent.items():
+                table.setdefault(parent, []).append(child)
+            self._children = table
+        return self._children.get(node, [])
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         node = self._parent.get(node)

@@ -29,6 +29,7 @@ caller.
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -763,10 +764,19 @@ def may_name_a_wrapper(model: SemanticModel, func: cst.BaseExpression) -> bool:
     qualified = model.imports[head.value] + dotted[len(head.value):] if dotted else model.imports[head.value]
     if qualified.startswith(("torch.", "torch")):
         return True
-    try:
-        return project.mentions(qualified, model, WRAPPER_WORDS)
-    except Exception:
-        return True
+    # Asked for every call of an imported name, in every file: the answer depends only on the
+    # importer's folder (where the name resolves) and the project's texts, so it is kept per run.
+    known = _MENTIONS.setdefault(project, {})
+    key = (os.path.dirname(os.path.abspath(model.path)), qualified)
+    if key not in known:
+        try:
+            known[key] = project.mentions(qualified, model, WRAPPER_WORDS)
+        except Exception:
+            known[key] = True
+    return known[key]
+
+
+_MENTIONS: "weakref.WeakKeyDictionary[object, dict[tuple[str, str], bool]]" = weakref.WeakKeyDictionary()
 
 
 def _project_class(model: SemanticModel, name: str) -> Optional[tuple[SemanticModel, cst.ClassDef]]:

@@ -299,3 +299,34 @@ def test_rule_catalog_matches_the_rule_classes():
     assert [(e.code, e.name, e.tokens) for e in rule_catalog()] == [
         (rule.code, rule.name, tuple(rule.tokens)) for rule in all_rules()
     ]
+
+
+def test_warm_run_reads_notebooks_from_the_cache(tmp_path):
+    """A notebook is analysed alone (no project): its bytes and the rules decide its findings,
+    so a warm run reports the cached ones and loads no LibCST."""
+    folder = tmp_path / "notebooks"
+    shutil.copytree(FIXTURES / "notebooks", folder)
+    cache = str(tmp_path / "cache")
+    fresh = run_report([folder], jobs=1)
+    assert any(f["filename"].endswith(".ipynb") for f in fresh), "the notebook fixtures have findings"
+    assert run_report([folder], jobs=1, cache_dir=cache) == fresh
+    assert run_report([folder], jobs=1, cache_dir=cache) == fresh
+    assert "libcst" not in modules_after(cli_modules("check", "--cache-dir", cache, str(folder)))
+    flagged = next(Path(f["filename"]) for f in fresh if f["filename"].endswith(".ipynb"))
+    flagged.write_text(flagged.read_text(encoding="utf-8").replace("DistributedSampler", "RandomSampler"), encoding="utf-8")
+    assert run_report([folder], jobs=1, cache_dir=cache) == run_report([folder], jobs=1)
+
+
+@pytest.mark.parametrize("script", SCRIPTS[::7], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_semantic_children_are_libcst_children(script: Path):
+    from dplint.semantic import SemanticModel
+
+    try:
+        module = libcst.parse_module(script.read_text())
+    except libcst.ParserSyntaxError:
+        pytest.skip("not parsable by LibCST")
+    model = SemanticModel(module, str(script))
+    for node in [module, *model.nodes()]:
+        expected = list(node.children)
+        assert len(model.children(node)) == len(expected)
+        assert all(a is b for a, b in zip(model.children(node), expected))

@@ -3,6 +3,8 @@
     python tests/benchmarks/bench.py                 # everything (peers take minutes)
     python tests/benchmarks/bench.py --no-peers      # dplint alone, in seconds
     python tests/benchmarks/bench.py --corpora a,d --runs 3
+    python tests/benchmarks/bench.py --no-peers --corpora b,d --runs 3 \
+        --against /path/to/release/.venv/bin/python --repo /path/to/a/checkout --one-file
 
 Corpora: (a) a dense ~1,000-line training script generated from fixtures/ (deterministic),
 (b) torch/nn + torch/utils/data and (c) the whole torch package, both copied from the
@@ -16,6 +18,12 @@ pip, and only on (a), (b) and (d). Every cell is the median over the runs of the
 and of the CPU time (user + system, all processes: steadier than wall time on a busy machine).
 "same as unfiltered" compares dplint's findings with a run where every rule sees every file
 (no pre-filter, no cache), so a speed-up that loses findings shows.
+
+The speed budget (issue 11) compares with a release in the same run: `--against PY` runs
+every dplint cell again with another interpreter (a release installed in its own virtualenv)
+and adds the ratio of the CPU medians; `--repo PATH` adds a corpus (r) that checks a whole
+repository the way a user does (`dplint check .` at its root); `--one-file` times one small
+fixture checked in a fresh process, no cache (the import of LibCST included).
 
 Not a test: pytest does not collect it (no test_ prefix) and nothing here asserts.
 """
@@ -69,6 +77,7 @@ class Corpus:
     paths: list[Path]
     files: int = 0
     lines: int = 0
+    cwd: Path | None = None  # a whole repository is checked as `dplint check .` at its root
 
 
 @dataclass
@@ -134,7 +143,7 @@ def count(paths: list[Path]) -> tuple[int, int]:
     return len(files), sum(p.read_bytes().count(b"\n") for p in files)
 
 
-def build_corpora(work: Path, wanted: set[str]) -> list[Corpus]:
+def build_corpora(work: Path, wanted: set[str], repositories: list[str] = ()) -> list[Corpus]:
     corpora = []
     if "a" in wanted:
         script = dense_script(work / "dense" / "dense_train.py")
@@ -148,6 +157,9 @@ def build_corpora(work: Path, wanted: set[str]) -> list[Corpus]:
             corpora.append(Corpus("c", "whole torch package", [copy]))
     if "d" in wanted:
         corpora.append(Corpus("d", "fixtures", [FIXTURES]))
+    for repository in repositories:
+        folder = Path(repository).resolve()
+        corpora.append(Corpus("r", f"whole repository {folder.name}", [folder], cwd=folder))
     for corpus in corpora:
         corpus.files, corpus.lines = count(corpus.paths)
     return corpora
@@ -205,22 +217,26 @@ def finding_keys(findings: list[dict]) -> list[tuple]:
     return sorted((f["filename"], f["location"]["row"], f["location"]["column"], f["code"]) for f in findings)
 
 
-def bench_dplint(corpus: Corpus, args, work: Path) -> tuple[Timing, str]:
+def bench_dplint(corpus: Corpus, args, work: Path, python: str | None = None) -> tuple[Timing, str]:
     timing = Timing()
-    base = [args.python, "-m", "dplint", "check", "--output-format", "json", "--exit-zero"]
+    python = python or args.python
+    base = [python, "-m", "dplint", "check", "--output-format", "json", "--exit-zero"]
     if args.jobs:
         base += ["--jobs", str(args.jobs)]
-    paths = [str(p) for p in corpus.paths]
-    cache = work / f"cache-{corpus.key}"
+    paths = ["."] if corpus.cwd is not None else [str(p) for p in corpus.paths]
+    cache = work / f"cache-{corpus.key}-{hashlib.sha256(python.encode()).hexdigest()[:8]}"
+    # A run at a repository's root; elsewhere the work folder (never this checkout: `python -m
+    # dplint` would import the checkout's own dplint, whatever the interpreter).
+    where = corpus.cwd or work
     keys = None
     for _ in range(args.runs):
         shutil.rmtree(cache, ignore_errors=True)
-        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], work, timing.cold_cpu, RUN_ENV)
+        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], where, timing.cold_cpu, RUN_ENV)
         timing.cold.append(seconds)
         keys = finding_keys(dplint_findings(result))
     filled = {p: p.stat().st_mtime_ns for p in cache.glob("results-*.json")}
     for _ in range(args.runs):
-        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], work, timing.warm_cpu, RUN_ENV)
+        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], where, timing.warm_cpu, RUN_ENV)
         timing.warm.append(seconds)
         if finding_keys(dplint_findings(result)) != keys:
             timing.note = "warm findings DIFFER from cold"
@@ -228,11 +244,26 @@ def bench_dplint(corpus: Corpus, args, work: Path) -> tuple[Timing, str]:
         timing.note = "a warm run missed the cache (dplint's code edited during the bench?)"
     timing.findings = len(keys)
     same = "not checked"
-    if corpus.key != "c" or args.check_unfiltered_c:
-        command = [args.python, "-c", UNFILTERED, "check", "--output-format", "json", "--exit-zero", "--no-cache", *paths]
-        unfiltered = finding_keys(dplint_findings(timed(command, work, env=RUN_ENV)[1]))
+    if (corpus.key not in ("c", "r") or args.check_unfiltered_c) and python == args.python:
+        command = [python, "-c", UNFILTERED, "check", "--output-format", "json", "--exit-zero", "--no-cache", *paths]
+        unfiltered = finding_keys(dplint_findings(timed(command, where, env=RUN_ENV)[1]))
         same = "yes" if unfiltered == keys else f"NO ({len(unfiltered)} unfiltered vs {len(keys)})"
     return timing, same
+
+
+def one_file(python: str, runs: int, work: Path) -> list[float]:
+    """CPU seconds of `dplint check --no-cache` on one small fixture, each in a fresh process."""
+    script = sorted(FIXTURES.glob("*/bad_*.py"))[0]
+    cpu: list[float] = []
+    for _ in range(runs):
+        timed([python, "-m", "dplint", "check", "--no-cache", "--exit-zero", str(script)], work, cpu, RUN_ENV)
+    return cpu
+
+
+def ratio(ours: list[float], theirs: list[float]) -> str:
+    if not ours or not theirs or not statistics.median(theirs):
+        return "-"
+    return f"{statistics.median(ours) / statistics.median(theirs):.2f}x"
 
 
 def bench_peer(name: str, program: Path, corpus: Corpus, args, work: Path) -> Timing:
@@ -262,6 +293,11 @@ def main() -> None:
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "dplint-bench"),
                         help="corpora copies, caches and the peers' virtualenvs (default: %(default)s)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter dplint is installed in")
+    parser.add_argument("--against", default=None, metavar="PYTHON",
+                        help="also time the dplint installed in this interpreter (a release) and print the CPU ratios")
+    parser.add_argument("--repo", action="append", default=[], metavar="PATH",
+                        help="a repository checked whole at its root, as corpus (r) (repeatable)")
+    parser.add_argument("--one-file", action="store_true", help="time one small file checked in a fresh process")
     parser.add_argument("--check-unfiltered-c", action="store_true",
                         help="also compare findings without the pre-filter on (c) (slow: parses all of torch)")
     args = parser.parse_args()
@@ -269,7 +305,7 @@ def main() -> None:
     work = Path(args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     RUN_ENV["PYTHONPYCACHEPREFIX"] = str(work / "pycache")  # not into the checkout
-    corpora = build_corpora(work, set(args.corpora.split(",")))
+    corpora = build_corpora(work, set(args.corpora.split(",")) - {""}, args.repo)
     peers: dict[str, Path] = {}
     if not args.no_peers and PEER_CORPORA & {c.key for c in corpora}:
         for name, package, executable in (("torchfix", "torchfix", "torchfix"), ("fixit", "fixit", "fixit")):
@@ -280,7 +316,8 @@ def main() -> None:
     dplint_version = subprocess.run([args.python, "-m", "dplint", "--version"], capture_output=True, text=True).stdout.strip()
     rules = subprocess.run([args.python, "-m", "dplint", "rules"], capture_output=True, text=True).stdout.count("\n")
     # Fill the bytecode cache before anything is timed.
-    timed([args.python, "-m", "dplint", "check", "--no-cache", "--exit-zero", "--jobs", "1", str(FIXTURES)], work, env=RUN_ENV)
+    for python in filter(None, (args.python, args.against)):
+        timed([python, "-m", "dplint", "check", "--no-cache", "--exit-zero", "--jobs", "1", str(FIXTURES)], work, env=RUN_ENV)
     print(f"# {dplint_version}, {rules} rules; {os.cpu_count()} CPUs; Python {sys.version.split()[0]}")
     for name, program in peers.items():
         print(f"# {peer_version(program, name)}")
@@ -297,13 +334,26 @@ def main() -> None:
         print(f"| {label} | {corpus.files} | {corpus.lines} | dplint | {seconds(ours.cold)} | {seconds(ours.cold_cpu)} "
               f"| {seconds(ours.warm)} | {seconds(ours.warm_cpu)} | {ours.findings} | 1 "
               f"| {same}{'; ' + ours.note if ours.note else ''} |", flush=True)
+        if args.against:
+            theirs, _ = bench_dplint(corpus, args, work, args.against)
+            print(f"| | | | release | {seconds(theirs.cold)} | {seconds(theirs.cold_cpu)} | {seconds(theirs.warm)} "
+                  f"| {seconds(theirs.warm_cpu)} | {theirs.findings} | CPU cold {ratio(ours.cold_cpu, theirs.cold_cpu)}, "
+                  f"warm {ratio(ours.warm_cpu, theirs.warm_cpu)} | {theirs.note} |", flush=True)
         if corpus.key not in PEER_CORPORA:
             continue
         for name, program in peers.items():
             theirs = bench_peer(name, program, corpus, args, work)
-            ratio = statistics.median(ours.cold) / statistics.median(theirs.cold)
+            speed = statistics.median(ours.cold) / statistics.median(theirs.cold)
             print(f"| | | | {name} | {seconds(theirs.cold)} | {seconds(theirs.cold_cpu)} | (no cache) | | {theirs.findings} "
-                  f"| {ratio:.3f} ({1 / ratio:.1f}x faster) | |", flush=True)
+                  f"| {speed:.3f} ({1 / speed:.1f}x faster) | |", flush=True)
+    if args.one_file:
+        print()
+        ours = one_file(args.python, args.runs, work)
+        line = f"one small file in a fresh process: dplint {seconds(ours)} CPU s (median of {args.runs})"
+        if args.against:
+            theirs = one_file(args.against, args.runs, work)
+            line += f", release {seconds(theirs)} CPU s ({ratio(ours, theirs)})"
+        print(line)
 
 
 if __name__ == "__main__":
