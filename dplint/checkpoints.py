@@ -496,7 +496,7 @@ def _temporary(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst
             return True
         if isinstance(node, (cst.Lambda, cst.BaseComp)):
             continue
-        stack.extend(node.children)
+        stack.extend(model.children(node))
     return False
 
 
@@ -943,7 +943,7 @@ def _may_hold_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression
                 return True
         if isinstance(node, (cst.Lambda, cst.BaseComp)):
             continue
-        stack.extend(node.children)
+        stack.extend(model.children(node))
     return False
 
 

@@ -192,7 +192,10 @@ class SemanticModel:
             for child, parent in self._parent.items():
                 table.setdefault(parent, []).append(child)
             self._children = table
-        return self._children.get(node, [])
+        found = self._children.get(node)
+        if found is None:  # a leaf of this tree, or a node of another file's tree
+            return [] if node in self._parent else list(node.children)
+        return found
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         node = self._parent.get(node)
