@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -192,12 +193,12 @@ class MissingSetEpoch(Rule):
             if flow.escapes or flow.sets_epoch:
                 continue
             training = [it for it in flow.iterations if it.epoch_loops and it.trains]
-            epoch_loops = [it.epoch_loops for it in training if it.model is model]
+            epoch_loops = [it.epoch_loops for it in training if it.loops_in is model]
             if not training or _reseeded_each_epoch(model, sampler, epoch_loops):
                 continue
-            where = training[0].model
+            where = training[0].loops_in
             line = where.position(training[0].epoch_loops[-1])[0].line
-            line = str(line) if where is model else f"{where.path}:{line}"
+            line = str(line) if where is model else f"{_shown_path(where.path)}:{line}"
             yield Violation(
                 node=sampler,
                 message=(
@@ -229,6 +230,12 @@ class MissingSetEpoch(Rule):
             f"Call `{sampler}.set_epoch({epoch})` at the start of each epoch",
             (Edit(first, f"{sampler}.set_epoch({epoch})", EditKind.INSERT_BEFORE_STATEMENT),),
         )
+
+
+def _shown_path(path: str) -> str:
+    """Another file's path as the user typed it: relative to the working folder when inside it."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return path if relative.startswith("..") else relative
 
 
 def _fixable_here(model: SemanticModel, iteration) -> bool:
