@@ -164,6 +164,9 @@ class SamplerFlow:
     # (function, model, call) for each call followed into, innermost last: a value returned
     # by a function entered through a parameter goes back to that call, not to every caller.
     entered: list = field(default_factory=list)
+    # The sampler itself is returned to a caller in another file: that call site is where a
+    # rule reports it (`returns_shuffling_sampler`), not the factory.
+    returned_elsewhere: bool = False
 
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -489,6 +492,7 @@ def _follow_return(model: SemanticModel, statement: cst.Return, path: tuple[str,
         return  # another return of the same function: its callers are followed already
     seen.add((function, path))
     certain = certain and len(model.flow.own_returns(function)) == 1  # other returns: not always this one
+    flow.returned_elsewhere = flow.returned_elsewhere or not path and any(caller is not model for caller, _, _ in sites)
     for caller, call, _ in sites:
         _follow(caller, call, path, flow, seen, certain)
 

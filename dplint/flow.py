@@ -729,7 +729,7 @@ class Flow:
             return None
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             scope = model.scope(call)
-            if scope.self_name is not None and func.value.value == scope.self_name and scope.class_scope is not None:
+            if _instance_parameter(model, scope) == func.value.value:
                 method = class_method(scope.class_scope.node, func.attr.value)
                 if method is not None and not _is_static(method):
                     return Callee(model, method, True)
@@ -1002,6 +1002,22 @@ def _method_rank(model: "SemanticModel", node: cst.CSTNode) -> tuple:
         if isinstance(ancestor, cst.FunctionDef):
             return (0 if ancestor.name.value in ("__init__", "setup", "__post_init__") else 1, model.order(node))
     return (2, model.order(node))
+
+
+def _instance_parameter(model: "SemanticModel", scope: "Scope") -> Optional[str]:
+    """The name holding the class's instance in a method: its first parameter, or a
+    parameter literally named `self` of a static method (`@staticmethod def _worker(rank,
+    self, ...)`, an `mp.spawn` target handed the instance in `args`)."""
+    if scope.class_scope is None:
+        return None
+    if scope.self_name is not None:
+        return scope.self_name
+    function = scope.node
+    if isinstance(function, cst.FunctionDef) and any(
+        p.name.value == "self" for p in (*function.params.posonly_params, *function.params.params)
+    ):
+        return "self"
+    return None
 
 
 def _is_method(model: "SemanticModel", function: cst.FunctionDef) -> bool:

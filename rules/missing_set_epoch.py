@@ -190,8 +190,8 @@ class MissingSetEpoch(Rule):
             if not (built_here or returns_shuffling_sampler(model, sampler)):
                 continue
             flow = trace_sampler(model, sampler)
-            if flow.escapes or flow.sets_epoch:
-                continue
+            if flow.escapes or flow.sets_epoch or built_here and flow.returned_elsewhere:
+                continue  # (a factory returning it to another file: reported at that call)
             training = [it for it in flow.iterations if it.epoch_loops and it.trains]
             epoch_loops = [it.epoch_loops for it in training if it.loops_in is model]
             if not training or _reseeded_each_epoch(model, sampler, epoch_loops):
