@@ -43,7 +43,7 @@ _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(?:\((
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
 # Finding the callers of a function in the project's other files (`Project.callers`): every
 # file is read as text once; only files naming the function are parsed, and only a few.
-MAX_PROJECT_FILES = 4000  # a bigger tree is not one training project: callers stay unknown
+MAX_PROJECT_FILES = 20000  # beyond it, only a file's own calls are seen (as without a project)
 MAX_CALLER_FILES = 12  # files naming a function, beyond which its callers stay unknown
 SKIPPED_FOLDERS = {".git", ".hg", ".svn", ".tox", ".eggs", ".venv", "venv", "env", "node_modules", "site-packages",
                    "__pycache__", "build", "dist"}
@@ -285,7 +285,7 @@ class Project:
     def _find_callers(self, own: str, target: tuple[str, ...]) -> Optional[list]:
         name = target[0] if len(target) == 1 or target[1] == "__init__" else target[1]
         files = self._files_naming(own, target[:1] if name == target[0] else target)
-        if files is None or len(files) > MAX_CALLER_FILES:
+        if len(files) > MAX_CALLER_FILES:
             return None
         found: list = []
         for path in files:
@@ -298,24 +298,32 @@ class Project:
             found.extend(calls)
         return found
 
-    def _files_naming(self, own: str, words: tuple[str, ...]) -> Optional[list[str]]:
+    def _files_naming(self, own: str, words: tuple[str, ...]) -> list[str]:
         """The project's other .py files whose text holds every word (the last as a whole
-        word); None when the project is too big to scan."""
-        files = self._project_files(own)
-        if files is None:
-            return None
+        word) and an import that may reach `own`: one naming its module or a package above
+        it, or a relative one. Empty when the project is too big to scan."""
+        root, files = self._project_files(own)
         last = re.compile(r"\b" + re.escape(words[-1]) + r"\b")
+        parts = [p for p in os.path.relpath(own, root)[:-3].split(os.sep) if p and p != "__init__"]
+        importing = re.compile(
+            r"^[ \t]*(?:from[ \t]+\.|(?:from|import)[ \t][^\n]*\b(?:" + "|".join(map(re.escape, parts)) + r")\b)", re.M
+        )
         found = []
         for path in files:
             if path == own:
                 continue
             text = self._cached_text(path)
-            if text is not None and all(word in text for word in words) and last.search(text):
+            if text is not None and all(word in text for word in words) and last.search(text) and importing.search(text):
                 found.append(path)
         return found
 
-    def _project_files(self, own: str) -> Optional[tuple[str, ...]]:
-        root = list(self._search_folders(os.path.dirname(own)))[-1]
+    def _project_files(self, own: str) -> tuple[str, tuple[str, ...]]:
+        """(root, its .py files): the project root above `own` (a folder a run started on or
+        holding a root marker), else `own`'s folder."""
+        folders = list(self._search_folders(os.path.dirname(own)))
+        root = folders[-1]
+        if root not in self.roots and not any(os.path.exists(os.path.join(root, m)) for m in ROOT_MARKERS):
+            root = folders[0]
         if root not in self._tree:
             files: list[str] = []
             for folder, subfolders, names in os.walk(root):
@@ -323,8 +331,8 @@ class Project:
                 files.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
                 if len(files) > MAX_PROJECT_FILES:
                     break
-            self._tree[root] = tuple(files) if len(files) <= MAX_PROJECT_FILES else None
-        return self._tree[root]
+            self._tree[root] = tuple(files) if len(files) <= MAX_PROJECT_FILES else ()
+        return root, self._tree[root]
 
     def _cached_text(self, path: str) -> Optional[str]:
         if path not in self._texts:

@@ -263,6 +263,8 @@ def _name_at(model: SemanticModel, flow: SamplerFlow, at: cst.CSTNode) -> Option
     for binding, path, certain in sorted(flow.holders, key=lambda holder: (len(holder[1]), holder[0].order)):
         if not certain or model.binding_at(binding.key, at) is not binding:
             continue  # `sampler = None` then `if distributed: sampler = ...`: may be None there
+        if any(step[0] in "[{" for step in path):
+            continue  # an element of a tuple or dict: no attribute path names it
         name = binding.key
         if name.startswith("self."):
             self_name = model.scope(at).self_name
