@@ -231,10 +231,20 @@ class Flow:
 
     def _walk_scope(self, owner: "Scope", key: str, body_owner: cst.CSTNode, records: dict,
                     initial: Optional[list]) -> None:
+        # A walk may ask questions that start another walk (a branch test's condition looks
+        # up the callers of its function): the state of this one is restored afterwards.
+        saved = getattr(self, "_index", None), getattr(self, "_records_now", None)
+        try:
+            self._walk_scope_now(owner, key, body_owner, records, initial)
+        finally:
+            self._index, self._records_now = saved
+
+    def _walk_scope_now(self, owner: "Scope", key: str, body_owner: cst.CSTNode, records: dict,
+                        initial: Optional[list]) -> None:
         bindings = [b for b in self.model.bindings.get(key, ()) if b.scope is owner]
         if body_owner is not owner.node:
             bindings = [b for b in bindings if _inside(self.model, b.node, body_owner)]
-        self._at_statement = index = {}
+        index = {}
         state = list(initial or ())
         for binding in bindings:
             if isinstance(binding.node, cst.Param):
