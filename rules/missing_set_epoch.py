@@ -28,25 +28,43 @@ class MissingSetEpoch(Rule):
     `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`.
 
     The sampler is followed through names (every binding that can reach a use, branch by
-    branch), loaders and batch samplers, `self.x` attributes of its class, the parameters of
-    functions and constructors of the same file it is passed to (`Runner(net, loader)`,
-    `train_one_epoch(model, loader)`), the values they return (also one element of a returned
-    tuple: `train_dl, val_dl = make_loaders()`), and, when the file is checked as part of a
-    project, a factory in another file (`sampler=pick_sampler(ds)` that may return one).
-    Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`), `iter(loader)`
-    with `next()`, or a generator that re-iterates it (`while True: for b in loader: yield
-    b`) whose batches are drawn in a training loop. The epoch loop, the iteration and the
-    `backward()` may sit in different functions of the file (`fit()` -> `_one_pass()` ->
-    `_step()`).
+    branch; a module global also where a function reads it), loaders (torch's and PyG's)
+    and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
+    DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, read back
+    as `loaders["train"]` or `loaders[phase]`; another literal key is another entry), the
+    loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
+    loader (`loader = tqdm(loader)`), the parameters of functions and constructors it is
+    passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
+    method's `self` given the instance by `mp.spawn`), and the values they return (also one
+    element of a returned tuple: `train_dl, val_dl = make_loaders()`); a value returned by
+    a function entered through a parameter goes back to that call only.
+
+    When the file is checked as part of a project, all of this continues in the project's
+    other files: into functions and classes they define (`from engine import
+    train_one_epoch`, `import helpers; helpers.make_sampler(...)`, `Trainer(...).fit()`),
+    and back out of this file's functions to the other files that call them (a loader
+    factory whose loader is iterated by `main.py`; an epoch loop in `main.py` around
+    `train_one_epoch` of `engine.py`). A sampler built in a factory and returned itself to
+    another file is reported at that call (`sampler=pick_sampler(ds)` that may return one,
+    with a `shuffle` its only caller passes), a sampler that stays inside a loader where it
+    is built. Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`),
+    `iter(loader)` with `next()`, or a generator that re-iterates it (`while True: for b in
+    loader: yield b`) whose batches are drawn in a training loop. The epoch loop, the
+    iteration and the `backward()` may sit in different functions (`fit()` ->
+    `_one_pass()` -> `_step()`) and files.
 
     It stays silent when the sampler does not provably shuffle (`shuffle=False`, or a
     config value), when the loader is iterated once or only for evaluation, when the sampler
     is rebuilt each epoch with a changing `seed=`, and whenever the sampler or its loader
     reaches code that cannot be seen: a call of something that is neither a function nor a
     class of the file or project (a third-party trainer such as Lightning's `Trainer.fit`,
-    Accelerate's `prepare`, an attribute of an unknown object), a container, a function
-    whose callers are not all visible (a callback), or a class attribute read from outside
-    its class. Such code may call `set_epoch` itself, as Lightning and Accelerate do.
+    Accelerate's `prepare`, an attribute of an unknown object), a list or a dict's
+    `.items()`/`.values()`, a function whose callers are not all visible (a callback, one
+    named in more project files than are searched, or passed as a value in another file),
+    or a class attribute read from outside its class. Such code may call `set_epoch`
+    itself, as Lightning and Accelerate do. Callers in other files are found by a text
+    search of the project for the function's name next to an import of its module: code
+    that reaches the function otherwise (`getattr`, a registry) is not seen.
 
     ## Why is this bad?
     `DistributedSampler.__iter__` seeds its permutation with `seed + self.epoch`
