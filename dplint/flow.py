@@ -561,7 +561,10 @@ class Flow:
                     return [Value(self.model, None, path)]
                 argument_model = self.model if argument is param.default else caller
                 return argument_model.flow.values_at(argument, call if argument_model is caller else param, path, rest, depth - 1)
-        sites = self.all_call_sites(function)
+        # Callers in other files are looked up only for a function this file never calls: a
+        # parameter question is asked for every rule, and the lookup may parse other files.
+        own = self.call_sites(function)
+        sites = [(self.model, call, bound) for call, bound in own] if own else self.all_call_sites(function)
         if not sites or len(sites) != 1:
             return [Value(self.model, None, path)]  # no caller, or callers that may differ: say nothing
         (caller, call, bound) = sites[0]

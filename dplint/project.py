@@ -313,7 +313,8 @@ class Project:
             if path == own:
                 continue
             text = self._cached_text(path)
-            if text is not None and all(word in text for word in words) and last.search(text) and importing.search(text):
+            if (text is not None and all(word in text for word in words) and importing.search(text)
+                    and _names_it(text, last, parts if len(words) == 1 else None)):
                 found.append(path)
         return found
 
@@ -463,6 +464,22 @@ def _import_lines(text: str, name: Optional[str] = None) -> str:
     if name is not None:
         lines = [line for line in lines if re.search(r"\b" + re.escape(name) + r"\b", line)]
     return "\n".join(lines)
+
+
+def _names_it(text: str, name: re.Pattern, modules: Optional[list[str]]) -> bool:
+    """Whether `text` uses the name other than by defining its own: with `modules` (a
+    top-level function or class), `x.name` counts only where `x` is one of the module
+    names (`engine.train_one_epoch`), so that `model.train()` is not `train`."""
+    for match in name.finditer(text):
+        before = text[max(0, match.start() - 64):match.start()]
+        if before.endswith(("def ", "class ", "'", '"')) or text[match.end():match.end() + 1] in ("'", '"'):
+            continue  # its own definition, or a string such as a dict key
+        if modules is not None and before.endswith("."):
+            owner = re.search(r"(\w+)\.$", before)
+            if owner is None or owner.group(1) not in modules:
+                continue
+        return True
+    return False
 
 
 def _definition_path(model: SemanticModel, function: cst.FunctionDef) -> Optional[tuple[str, ...]]:
