@@ -75,10 +75,23 @@ def loader_sampler(model: SemanticModel, loader: cst.Call) -> Optional[cst.Call]
     return sampler_call(model, loader_argument(model, loader, "sampler"), loader)
 
 
+# Base classes that make a class of the project a sampler.
+SAMPLER_BASES = TORCH_SAMPLERS | {"torch.utils.data.Sampler", "torch.utils.data.sampler.Sampler"}
+
+
 def is_torch_sampler(value) -> bool:
-    """A flow `Value` that is a construction of one of torch's samplers (in its own file)."""
+    """A flow `Value` that is a construction of one of torch's samplers (in its own file),
+    or of a class of the project derived from one (`class RandomSequentialSampler(Sampler)`):
+    never None, so `DataLoader` refuses it next to a true `shuffle`."""
     expr = peel_self_returning(value.expr)
-    return isinstance(expr, cst.Call) and value.model.qualified_name(expr.func) in TORCH_SAMPLERS
+    if not isinstance(expr, cst.Call):
+        return False
+    if value.model.qualified_name(expr.func) in TORCH_SAMPLERS:
+        return True
+    callee = value.model.flow.callee(expr)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return False
+    return any(callee.model.qualified_name(base.value) in SAMPLER_BASES for base in callee.node.bases)
 
 
 def sampler_with_true_shuffle(model: SemanticModel, loader: cst.Call):

@@ -16,7 +16,8 @@ class SamplerShuffle(Rule):
     """
     ## What it does
     Flags a `DataLoader` (torch's, or PyG's `torch_geometric.loader.DataLoader`, which
-    hands both arguments on to it) given a torch sampler (such as a `DistributedSampler`)
+    hands both arguments on to it) given a torch sampler (such as a `DistributedSampler`,
+    or an instance of a project class derived from `Sampler`, made in this file or another)
     and a `shuffle=` that is provably true on the same path: `shuffle=True`, a name bound
     to `True`, or an expression such as `shuffle=(sampler is not None)`.
 
