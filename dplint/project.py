@@ -470,6 +470,8 @@ def _names_it(text: str, name: re.Pattern, modules: Optional[list[str]]) -> bool
     """Whether `text` uses the name other than by defining its own: with `modules` (a
     top-level function or class), `x.name` counts only where `x` is one of the module
     names (`engine.train_one_epoch`), so that `model.train()` is not `train`."""
+    if modules is not None:  # `import distributed as dist` then `dist.data_sampler(...)`
+        modules = [*modules, *re.findall(r"^[ \t]*(?:from|import)[ \t][^\n#]*\bas[ \t]+(\w+)", text, re.M)]
     for match in name.finditer(text):
         before = text[max(0, match.start() - 64):match.start()]
         if before.endswith(("def ", "class ", "'", '"')) or text[match.end():match.end() + 1] in ("'", '"'):
