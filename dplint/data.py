@@ -15,6 +15,7 @@ from dplint.semantic import (
     SemanticModel,
     argument,
     dotted_name,
+    literal_value,
     peel_self_returning,
     static_truth,
 )
@@ -74,10 +75,23 @@ def loader_sampler(model: SemanticModel, loader: cst.Call) -> Optional[cst.Call]
     return sampler_call(model, loader_argument(model, loader, "sampler"), loader)
 
 
+# Base classes that make a class of the project a sampler.
+SAMPLER_BASES = TORCH_SAMPLERS | {"torch.utils.data.Sampler", "torch.utils.data.sampler.Sampler"}
+
+
 def is_torch_sampler(value) -> bool:
-    """A flow `Value` that is a construction of one of torch's samplers (in its own file)."""
+    """A flow `Value` that is a construction of one of torch's samplers (in its own file),
+    or of a class of the project derived from one (`class RandomSequentialSampler(Sampler)`):
+    never None, so `DataLoader` refuses it next to a true `shuffle`."""
     expr = peel_self_returning(value.expr)
-    return isinstance(expr, cst.Call) and value.model.qualified_name(expr.func) in TORCH_SAMPLERS
+    if not isinstance(expr, cst.Call):
+        return False
+    if value.model.qualified_name(expr.func) in TORCH_SAMPLERS:
+        return True
+    callee = value.model.flow.callee(expr)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return False
+    return any(callee.model.qualified_name(base.value) in SAMPLER_BASES for base in callee.node.bases)
 
 
 def sampler_with_true_shuffle(model: SemanticModel, loader: cst.Call):
@@ -134,6 +148,12 @@ class Iteration:
     # The epoch loop surely counts epochs (a `for` over the loader inside it): a fix may use
     # its variable. Not for `iter()`/`next()` steps, generators or loops in a caller.
     fixable: bool = True
+    loops_model: Optional[SemanticModel] = None  # where the epoch loops are, when not in `model`
+
+    @property
+    def loops_in(self) -> SemanticModel:
+        """The model holding `epoch_loops` (a caller in another file may run the epochs)."""
+        return self.loops_model or self.model
 
 
 @dataclass(eq=False)
@@ -154,6 +174,12 @@ class SamplerFlow:
     holders: list[tuple[Binding, tuple[str, ...], bool]] = field(default_factory=list)
     sets_epoch: bool = False  # `.set_epoch(...)` (or `.epoch = ...`) reaches it somewhere
     escapes: bool = False
+    # (function, model, call) for each call followed into, innermost last: a value returned
+    # by a function entered through a parameter goes back to that call, not to every caller.
+    entered: list = field(default_factory=list)
+    # The sampler itself is returned to a caller in another file: that call site is where a
+    # rule reports it (`returns_shuffling_sampler`), not the factory.
+    returned_elsewhere: bool = False
 
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -195,6 +221,14 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
     if flow.escapes:
         return
     parent = model.parent(occurrence)
+    if path and path[0].startswith("{"):
+        _follow_dict(model, occurrence, parent, path, flow, seen, certain)
+        return
+    if isinstance(parent, (cst.DictElement, cst.DictComp)) and parent.value is occurrence:
+        # An entry of a dict: `{"train": DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in phases}`.
+        holder = model.parent(parent) if isinstance(parent, cst.DictElement) else parent
+        _follow(model, holder, (_dict_entry(model, parent), *path), flow, seen, certain)
+        return
     if isinstance(parent, cst.Attribute) and parent.value is occurrence:
         attribute = parent.attr.value
         if path and attribute == path[0]:
@@ -235,6 +269,15 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
             return
         flow.escapes = True
         return
+    if isinstance(parent, cst.Element) and _loop_over_literal(model, parent) is not None:
+        # `for loader in [train_loader, val_loader]:` the loop variable holds it in one pass.
+        loop = _loop_over_literal(model, parent)
+        binding = next((b for b in model.bindings.get(loop.target.value, ()) if b.node is loop), None)
+        if binding is None:
+            flow.escapes = True
+        else:
+            _follow_binding(model, binding, path, flow, seen, False)
+        return
     if isinstance(parent, cst.Element) and isinstance(model.parent(parent), cst.Tuple):
         tuple_node = model.parent(parent)
         if isinstance(model.parent(tuple_node), cst.Return) and not any(
@@ -249,13 +292,7 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         _follow_return(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is occurrence:
-        targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-        key = model.binding_key(targets[0], parent) if len(targets) == 1 else None
-        binding = next((b for b in model.bindings.get(key or "", ()) if b.node is parent), None)
-        if binding is None:
-            flow.escapes = True
-        else:
-            _follow_binding(model, binding, path, flow, seen, certain)
+        _follow_assignment(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, cst.IfExp) and occurrence is not parent.test:
         other = parent.orelse if occurrence is parent.body else parent.body
@@ -267,6 +304,107 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
     if _only_tested(parent, occurrence):
         return
     flow.escapes = True
+
+
+_ANY_KEY = "{*}"
+
+
+def _dict_entry(model: SemanticModel, entry: cst.CSTNode) -> str:
+    """The path step of a dict entry: `{'train'}`, `{'train'|'val'}` for a comprehension over
+    literal keys, `{*}` when the key is unknown."""
+    keys = None
+    if isinstance(entry, cst.DictElement):
+        return _key_step(entry.key)
+    if isinstance(entry, cst.DictComp) and isinstance(entry.key, cst.Name):
+        loop = entry.for_in
+        if (loop.inner_for_in is None and not loop.ifs and isinstance(loop.target, cst.Name)
+                and loop.target.value == entry.key.value and isinstance(loop.iter, (cst.List, cst.Tuple, cst.Set))):
+            keys = _literal_keys(tuple(e.value for e in loop.iter.elements))
+    return "{" + "|".join(sorted(keys)) + "}" if keys else _ANY_KEY
+
+
+def _key_step(key: cst.BaseExpression) -> str:
+    keys = _literal_keys((key,))
+    return "{" + next(iter(keys)) + "}" if keys else _ANY_KEY
+
+
+def _literal_keys(exprs) -> Optional[set[str]]:
+    keys = set()
+    for expr in exprs:
+        try:
+            keys.add(repr(literal_value(expr)))
+        except ValueError:
+            return None
+    return keys
+
+
+def _same_entry(first: str, second: str) -> bool:
+    """Whether two dict path steps may name the same entry."""
+    if _ANY_KEY in (first, second):
+        return True
+    return bool(set(first[1:-1].split("|")) & set(second[1:-1].split("|")))
+
+
+def _follow_dict(model: SemanticModel, occurrence: cst.CSTNode, parent: Optional[cst.CSTNode], path: tuple[str, ...],
+                 flow: SamplerFlow, seen: set, certain: bool) -> None:
+    """A dict one of whose entries (`path[0]`) reaches the sampler: its reads by key, stores,
+    and where the dict itself goes."""
+    entry = path[0]
+    if isinstance(parent, cst.Subscript) and parent.value is occurrence:
+        index = parent.slice[0].slice if len(parent.slice) == 1 else None
+        key = _key_step(index.value) if isinstance(index, cst.Index) else _ANY_KEY
+        if not _same_entry(entry, key):
+            return  # another entry: `loaders["val"]`
+        target = model.parent(parent)
+        if isinstance(target, (cst.AssignTarget, cst.AugAssign)) and target.target is parent or isinstance(target, cst.Del):
+            flow.escapes = True  # the entry may be replaced: we no longer know what it holds
+            return
+        _follow(model, parent, path[1:], flow, seen, certain and key == entry != _ANY_KEY)
+        return
+    if isinstance(parent, cst.Attribute) and parent.value is occurrence:
+        if parent.attr.value == "keys":
+            return
+        call = model.parent(parent)
+        if parent.attr.value == "get" and isinstance(call, cst.Call) and call.func is parent and call.args:
+            key = _key_step(call.args[0].value)
+            if _same_entry(entry, key):
+                _follow(model, call, path[1:], flow, seen, False)
+            return
+        flow.escapes = True  # `.items()`, `.values()`, `.update()`...: not followed
+        return
+    if isinstance(parent, cst.For) and parent.iter is occurrence:
+        return  # iterates the keys
+    if isinstance(parent, cst.Arg) and parent.value is occurrence:
+        _follow_argument(model, parent, path, flow, seen, certain)
+        return
+    if isinstance(parent, cst.Return):
+        _follow_return(model, parent, path, flow, seen, certain)
+    elif isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is occurrence:
+        _follow_assignment(model, parent, path, flow, seen, certain)
+    elif not _only_tested(parent, occurrence):
+        flow.escapes = True
+
+
+def _follow_assignment(model: SemanticModel, parent, path: tuple[str, ...], flow: SamplerFlow, seen: set,
+                       certain: bool) -> None:
+    """`name = <what reaches the sampler>`: follow the name."""
+    targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+    key = model.binding_key(targets[0], parent) if len(targets) == 1 else None
+    binding = next((b for b in model.bindings.get(key or "", ()) if b.node is parent), None)
+    if binding is None:
+        flow.escapes = True
+    else:
+        _follow_binding(model, binding, path, flow, seen, certain)
+
+
+def _loop_over_literal(model: SemanticModel, element: cst.Element) -> Optional[cst.For]:
+    """The `for name in [a, b]:` whose literal list or tuple holds this element."""
+    sequence = model.parent(element)
+    loop = model.parent(sequence)
+    if (isinstance(sequence, (cst.List, cst.Tuple)) and isinstance(loop, cst.For) and loop.iter is sequence
+            and isinstance(loop.target, cst.Name)):
+        return loop
+    return None
 
 
 def _only_tested(parent: Optional[cst.CSTNode], occurrence: cst.CSTNode) -> bool:
@@ -288,9 +426,9 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     name = model.qualified_name(call.func)
     if arg.star:
         flow.escapes = True
-    elif name == DATA_LOADER and argument(call, *LOADER_SAMPLER) is value:
+    elif name in LOADER_CLASSES and loader_argument(model, call, "sampler") is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
-    elif name == DATA_LOADER and argument(call, *LOADER_BATCH_SAMPLER) is value:
+    elif name in LOADER_CLASSES and loader_argument(model, call, "batch_sampler") is value:
         _follow(model, call, ("batch_sampler", *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
@@ -298,6 +436,9 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
         flow.iterations.append(_iteration(model, iterating_loop(model, call)))
+    elif model.qualified_name(call.func) in TQDM_NAMES and argument(call, 0, "iterable") is value:
+        # `loader = tqdm(loader)`: iterating the progress bar iterates the loader, once.
+        _follow(model, call, path, flow, seen, False)
     elif builtin_name(model, call.func) == "iter" and len(call.args) == 1:
         flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
     elif not _follow_into_callee(model, call, arg, path, flow, seen, certain):
@@ -320,7 +461,13 @@ def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path
                     and other.scope(b.node) is other.scope(function.body)), None)
     if binding is None:
         return False
-    _follow_binding(other, binding, path, flow, seen, certain)
+    if any(entered is function for entered, _, _ in flow.entered):
+        return True  # recursion: this function is already being followed
+    flow.entered.append((function, model, call))
+    try:
+        _follow_binding(other, binding, path, flow, seen, certain)
+    finally:
+        flow.entered.pop()
     return True
 
 
@@ -340,14 +487,27 @@ def _follow_return(model: SemanticModel, statement: cst.Return, path: tuple[str,
                    certain: bool) -> None:
     """A returned sampler or loader goes on at every call of its function in this file."""
     function = next((a for a in model.ancestors(statement) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
-    sites = model.flow.call_sites(function) if isinstance(function, cst.FunctionDef) else None
-    if not sites or (function, path) in seen:
+    for depth in range(len(flow.entered) - 1, -1, -1):
+        entered, caller, call = flow.entered[depth]
+        if entered is function:  # entered through a parameter: back to that very call
+            inner = flow.entered[depth:]
+            del flow.entered[depth:]
+            try:
+                _follow(caller, call, path, flow, seen, certain and len(model.flow.own_returns(function)) == 1)
+            finally:
+                flow.entered.extend(inner)
+            return
+    sites = model.flow.all_call_sites(function) if isinstance(function, cst.FunctionDef) else None
+    if not sites:
         flow.escapes = True  # returned to callers we can't see
         return
+    if (function, path) in seen:
+        return  # another return of the same function: its callers are followed already
     seen.add((function, path))
     certain = certain and len(model.flow.own_returns(function)) == 1  # other returns: not always this one
-    for call, _ in sites:
-        _follow(model, call, path, flow, seen, certain)
+    flow.returned_elsewhere = flow.returned_elsewhere or not path and any(caller is not model for caller, _, _ in sites)
+    for caller, call, _ in sites:
+        _follow(caller, call, path, flow, seen, certain)
 
 
 def _iteration(model: SemanticModel, node: cst.CSTNode) -> Iteration:
@@ -360,11 +520,15 @@ def _iteration(model: SemanticModel, node: cst.CSTNode) -> Iteration:
     if isinstance(node, cst.Call):  # iter(loader): each call starts a new pass
         around = loops_around(model, node)
         trains = bool(around) and runs_backward(model, around[-1])
-        return Iteration(model, node, around or _loops_around_calls(model, function, 3), trains, False)
+        if around:
+            return Iteration(model, node, around, trains, False)
+        where, around = _loops_around_calls(model, function, 3)
+        return Iteration(model, node, around, trains, False, where)
     around = loops_around(model, node)
     if around:
         return Iteration(model, node, around, runs_backward(model, node))
-    return Iteration(model, node, _loops_around_calls(model, function, 3), runs_backward(model, node), False)
+    where, around = _loops_around_calls(model, function, 3)
+    return Iteration(model, node, around, runs_backward(model, node), False, where)
 
 
 def _enclosing_function(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
@@ -372,15 +536,20 @@ def _enclosing_function(model: SemanticModel, node: cst.CSTNode) -> Optional[cst
     return scope.node if isinstance(scope.node, cst.FunctionDef) else None
 
 
-def _loops_around_calls(model: SemanticModel, function: Optional[cst.FunctionDef], depth: int) -> list:
-    """The loops around the calls of a function (`run()` loops over epochs calling `_one_pass()`)."""
+def _loops_around_calls(model: SemanticModel, function: Optional[cst.FunctionDef], depth: int) -> tuple[SemanticModel, list]:
+    """(model, loops): the loops around the calls of a function (`run()` loops over epochs
+    calling `_one_pass()`), also in the project's other files (`for epoch in ...:
+    train_one_epoch(model, loader)` in main.py, the function in engine.py)."""
     if function is None or depth <= 0:
-        return []
-    for call, _ in model.flow.call_sites(function) or ():
-        around = loops_around(model, call) or _loops_around_calls(model, _enclosing_function(model, call), depth - 1)
+        return model, []
+    for caller, call, _ in model.flow.all_call_sites(function) or ():
+        around = loops_around(caller, call)
         if around:
-            return around
-    return []
+            return caller, around
+        where, around = _loops_around_calls(caller, _enclosing_function(caller, call), depth - 1)
+        if around:
+            return where, around
+    return model, []
 
 
 def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
@@ -406,9 +575,10 @@ def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
 
 def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...], flow: SamplerFlow, seen: set,
                     certain: bool) -> None:
-    if (binding, path) in seen:
+    key = (binding, path, tuple(id(call) for _, _, call in flow.entered))  # once per calling context
+    if key in seen:
         return
-    seen.add((binding, path))
+    seen.add(key)
     certain = certain and _holds_only_this(model, binding)
     flow.holders.append((binding, path, certain))
     key, owner = binding.key, binding.scope
@@ -419,6 +589,13 @@ def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...
         if not _is_load(model, node) or model.owner_scope(key, scope) is not owner:
             continue  # a store, or another variable of the same name
         if not key.startswith("self.") and scope is not owner:
+            if owner.kind == "module" and scope.kind == "function":
+                # A module global read in a function (`def train_model(): for b in
+                # dataloaders[phase]`): it holds what the module bound last when the call runs.
+                live_here = [b for b, _ in model.flow.reaching(key, node)]
+                if any(b is binding for b in live_here):
+                    _follow(model, node, path, flow, seen, certain and len(live_here) == 1)
+                continue
             flow.escapes = True  # read inside a nested function: runs when (and if) it is called
             return
         live = model.binding_at(key, node)
@@ -498,8 +675,10 @@ def _is_load(model: SemanticModel, node: cst.CSTNode) -> bool:
 
 def builtin_name(model: SemanticModel, func: cst.BaseExpression) -> Optional[str]:
     """"len" for a call of the builtin `len` (a Name the file never binds)."""
-    if isinstance(func, cst.Name) and func.value not in model.bindings and func.value not in model.imports:
-        return func.value
+    if isinstance(func, cst.Name) and func.value not in model.imports and (
+        func.value not in model.bindings or model.owner_scope(func.value, model.scope(func)) is None
+    ):
+        return func.value  # not bound where it is called (`iter` may be a loop variable elsewhere)
     return None
 
 

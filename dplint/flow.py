@@ -153,6 +153,7 @@ class Flow:
         self._records: dict[tuple, dict] = {}  # (owner scope, key, method) -> statement -> state
         self._statement_bindings: dict[tuple, dict] = {}
         self._call_sites: Optional[dict] = None
+        self._escaping: set = set()  # same-file functions whose callers we cannot all see
         self._methods: Optional[set] = None
         self._active = 0  # values_at calls in progress (0: the next one is a new question)
         self._steps = 0
@@ -230,10 +231,20 @@ class Flow:
 
     def _walk_scope(self, owner: "Scope", key: str, body_owner: cst.CSTNode, records: dict,
                     initial: Optional[list]) -> None:
+        # A walk may ask questions that start another walk (a branch test's condition looks
+        # up the callers of its function): the state of this one is restored afterwards.
+        saved = getattr(self, "_index", None), getattr(self, "_records_now", None)
+        try:
+            self._walk_scope_now(owner, key, body_owner, records, initial)
+        finally:
+            self._index, self._records_now = saved
+
+    def _walk_scope_now(self, owner: "Scope", key: str, body_owner: cst.CSTNode, records: dict,
+                        initial: Optional[list]) -> None:
         bindings = [b for b in self.model.bindings.get(key, ()) if b.scope is owner]
         if body_owner is not owner.node:
             bindings = [b for b in bindings if _inside(self.model, b.node, body_owner)]
-        self._at_statement = index = {}
+        index = {}
         state = list(initial or ())
         for binding in bindings:
             if isinstance(binding.node, cst.Param):
@@ -550,15 +561,24 @@ class Flow:
                     return [Value(self.model, None, path)]
                 argument_model = self.model if argument is param.default else caller
                 return argument_model.flow.values_at(argument, call if argument_model is caller else param, path, rest, depth - 1)
-        sites = self.call_sites(function)
+        # Callers in other files are looked up only for a function this file never calls: a
+        # parameter question is asked for every rule, and the lookup may parse other files.
+        own = self.call_sites(function)
+        sites = [(self.model, call, bound) for call, bound in own] if own else self.all_call_sites(function)
         if not sites or len(sites) != 1:
             return [Value(self.model, None, path)]  # no caller, or callers that may differ: say nothing
-        (call, bound) = sites[0]
+        (caller, call, bound) = sites[0]
         argument = self.parameter_argument(call, function, param.name.value, bound)
         if argument is None:
             return [Value(self.model, None, path)]
-        where = param if argument is param.default else call
-        return self.values_at(argument, where, path, context, depth - 1)
+        if argument is param.default or caller is self.model:
+            where = param if argument is param.default else call
+            return self.values_at(argument, where, path, context, depth - 1)
+        # The only caller is in another file: its values, with its own conditions.
+        return [
+            Value(v.model, v.expr, path if v.model is not self.model else _join(path, v.conditions), v.binding)
+            for v in caller.flow.values_at(argument, call, (), (), depth - 1)
+        ]
 
     def values_per_caller(self, param: "Binding") -> Optional[list[list[Value]]]:
         """For a parameter's binding: what each call of its function passes (the argument's
@@ -569,15 +589,18 @@ class Flow:
         function = self.model.parent(self.model.parent(node)) if isinstance(node, cst.Param) else None
         if not isinstance(function, cst.FunctionDef):
             return None
-        sites = self.call_sites(function)
+        sites = self.all_call_sites(function)
         if not sites:
             return None
         per_caller = []
-        for call, bound in sites:
+        for caller, call, bound in sites:
             argument = self.parameter_argument(call, function, node.name.value, bound)
             if argument is None:
                 return None
-            per_caller.append(self.values_at(argument, node if argument is node.default else call))
+            if argument is node.default:
+                per_caller.append(self.values_at(argument, node))
+            else:
+                per_caller.append(caller.flow.values_at(argument, call))
         return per_caller
 
     def _unpacked_values(self, binding: "Binding", path: Path, context: tuple, depth: int) -> list[Value]:
@@ -719,7 +742,7 @@ class Flow:
             return None
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             scope = model.scope(call)
-            if scope.self_name is not None and func.value.value == scope.self_name and scope.class_scope is not None:
+            if _instance_parameter(model, scope) == func.value.value:
                 method = class_method(scope.class_scope.node, func.attr.value)
                 if method is not None and not _is_static(method):
                     return Callee(model, method, True)
@@ -739,16 +762,34 @@ class Flow:
                         resolved = None
                     if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
                         return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
-        if isinstance(func, cst.Attribute) and func.attr.value in self._method_names():
-            # `trainer.fit()` where `trainer = Trainer(...)`, a class of this file.
+        if isinstance(func, cst.Attribute) and (
+            func.attr.value in self._method_names() or not local and self._made_from_import(func.value)
+        ):
+            # `trainer.fit()` where `trainer = Trainer(...)`, a class of this file (or, unless
+            # `local`, of another project file: `from trainer import Trainer`).
             values = self.values_at(func.value, call)
             if len(values) == 1 and isinstance(values[0].expr, cst.Call) and values[0].model is model:
-                made = self.callee(values[0].expr, local=True)
+                made = self.callee(values[0].expr, local=local)
                 if made is not None and isinstance(made.node, cst.ClassDef):
                     method = class_method(made.node, func.attr.value)
                     if method is not None and not _is_static(method):
-                        return Callee(model, method, True)
+                        return Callee(made.model, method, True)
         return None
+
+    def _made_from_import(self, expr: cst.BaseExpression) -> bool:
+        """A cheap test before following values: a name this file binds to a call of an
+        imported name (`trainer = Trainer(...)` after `from trainer import Trainer`)."""
+        from dplint.semantic import dotted_name
+
+        if not isinstance(expr, cst.Name) or self.model.project is None:
+            return False
+        for binding in self.model.bindings.get(expr.value, ()):
+            if isinstance(binding.value, cst.Call):
+                dotted = dotted_name(binding.value.func)
+                head = dotted.partition(".")[0] if dotted else None
+                if head in self.model.imports and not self.model.imports[head].startswith("torch"):
+                    return True
+        return False
 
     def _method_names(self) -> set:
         if self._methods is None:
@@ -766,6 +807,32 @@ class Flow:
         if self._call_sites is None:
             self._call_sites = self._collect_call_sites()
         return self._call_sites.get(function)
+
+    def all_call_sites(self, function: cst.FunctionDef) -> Optional[list[tuple["SemanticModel", cst.Call, bool]]]:
+        """(model, call, bound) for every call of a function (or of a class's constructor,
+        `function` being its `__init__`) of this file that the project shows: this file's and,
+        when the file is checked as part of a project, other files' (`from engine import
+        train_one_epoch`, `Trainer(model, loader)` made in `main.py`); see
+        `Project.callers`. None when some caller may be unseen, or there is none."""
+        if self._call_sites is None:
+            self._call_sites = self._collect_call_sites()
+        if function in self._escaping:
+            return None
+        if function not in self._call_sites:  # no call here: is it passed around here?
+            owner_class = self.model.parent(self.model.parent(function)) if _is_method(self.model, function) else None
+            if _escapes(self.model, function, function.name.value, owner_class, set()):
+                return None
+        sites = [(self.model, call, bound) for call, bound in self._call_sites.get(function, ())]
+        project = self.model.project
+        if project is not None:
+            try:
+                others = project.callers(self.model, function)
+            except Exception:  # a project that cannot answer: callers unknown
+                others = None
+            if others is None:
+                return None
+            sites.extend(others)
+        return sites or None
 
     def _collect_call_sites(self) -> dict:
         model = self.model
@@ -786,6 +853,7 @@ class Flow:
             name = target.name.value
             owner_class = model.parent(model.parent(target)) if _is_method(model, target) else None
             if _escapes(model, target, name, owner_class, {c for c, _ in calls}):
+                self._escaping.add(target)
                 continue
             result[target] = calls
         return result
@@ -947,6 +1015,22 @@ def _method_rank(model: "SemanticModel", node: cst.CSTNode) -> tuple:
         if isinstance(ancestor, cst.FunctionDef):
             return (0 if ancestor.name.value in ("__init__", "setup", "__post_init__") else 1, model.order(node))
     return (2, model.order(node))
+
+
+def _instance_parameter(model: "SemanticModel", scope: "Scope") -> Optional[str]:
+    """The name holding the class's instance in a method: its first parameter, or a
+    parameter literally named `self` of a static method (`@staticmethod def _worker(rank,
+    self, ...)`, an `mp.spawn` target handed the instance in `args`)."""
+    if scope.class_scope is None:
+        return None
+    if scope.self_name is not None:
+        return scope.self_name
+    function = scope.node
+    if isinstance(function, cst.FunctionDef) and any(
+        p.name.value == "self" for p in (*function.params.posonly_params, *function.params.params)
+    ):
+        return "self"
+    return None
 
 
 def _is_method(model: "SemanticModel", function: cst.FunctionDef) -> bool:

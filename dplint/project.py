@@ -41,7 +41,12 @@ MAX_MODELS = 256  # parsed files kept per process: a whole-repository run stays 
 # follows without parsing (a cheap over-approximation; resolution proper needs the parse).
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(?:\(([^)]*)\)|([^\n#;]*))", re.M)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
-_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
+# Finding the callers of a function in the project's other files (`Project.callers`): every
+# file is read as text once; only files naming the function are parsed, and only a few.
+MAX_PROJECT_FILES = 20000  # beyond it, only a file's own calls are seen (as without a project)
+MAX_CALLER_FILES = 12  # files naming a function, beyond which its callers stay unknown
+SKIPPED_FOLDERS = {".git", ".hg", ".svn", ".tox", ".eggs", ".venv", "venv", "env", "node_modules", "site-packages",
+                   "__pycache__", "build", "dist"}
 
 
 class Project:
@@ -57,6 +62,9 @@ class Project:
         self._reading: Optional[set[str]] = None  # files read while linting the current file
         self._closures: dict[tuple, dict[str, str]] = {}
         self._module_files: dict[tuple, tuple[str, ...]] = {}
+        self._tree: dict[str, Optional[tuple[str, ...]]] = {}  # project root -> its .py files
+        self._texts: dict[str, Optional[str]] = {}  # file -> text, for the callers' text pre-check
+        self._callers: dict[tuple, Optional[list]] = {}
 
     # ------------------------------------------------------------------- bookkeeping
     def register(self, model: SemanticModel, raw: Optional[bytes] = None) -> None:
@@ -251,6 +259,87 @@ class Project:
     def hashes(self, paths) -> dict[str, str]:
         return {path: self._hashes[path] for path in paths if path in self._hashes}
 
+    # ----------------------------------------------------------------------- callers
+    def callers(self, model: SemanticModel, function: cst.FunctionDef) -> Optional[list[tuple[SemanticModel, cst.Call, bool]]]:
+        """(model, call, bound) for each call, in the project's OTHER files, of a top-level
+        function of `model`, of the constructor of a top-level class (`function` is its
+        `__init__`) or of a method of one (`trainer.fit()` with `trainer = Trainer(...)`).
+
+        Only files whose text names the function are parsed (at most MAX_CALLER_FILES), and a
+        call counts when it resolves, the way the caller's imports say, to this very
+        definition. None when the callers cannot all be seen: too many files name it, or a
+        file uses it other than by calling it (a callback, `mp.spawn(main_worker)`, a base
+        class). A nested function has no caller elsewhere: []. Memoised per definition."""
+        target = _definition_path(model, function)
+        if target is None:
+            return []
+        own = os.path.abspath(model.path)
+        key = (own, target)
+        if key not in self._callers:
+            self._callers[key] = self._find_callers(own, target)
+        found = self._callers[key]
+        if found and self._reading is not None:
+            self._reading.update(os.path.abspath(other.path) for other, _, _ in found)
+        return found
+
+    def _find_callers(self, own: str, target: tuple[str, ...]) -> Optional[list]:
+        name = target[0] if len(target) == 1 or target[1] == "__init__" else target[1]
+        files = self._files_naming(own, target[:1] if name == target[0] else target)
+        if len(files) > MAX_CALLER_FILES:
+            return None
+        found: list = []
+        for path in files:
+            other = self.model_for(path)
+            if other is None:
+                continue  # a file that does not parse cannot run either
+            calls = _calls_of(other, own, target, name)
+            if calls is None:
+                return None
+            found.extend(calls)
+        return found
+
+    def _files_naming(self, own: str, words: tuple[str, ...]) -> list[str]:
+        """The project's other .py files whose text holds every word (the last as a whole
+        word) and an import that may reach `own`: one naming its module or a package above
+        it, or a relative one. Empty when the project is too big to scan."""
+        root, files = self._project_files(own)
+        last = re.compile(r"\b" + re.escape(words[-1]) + r"\b")
+        parts = [p for p in os.path.relpath(own, root)[:-3].split(os.sep) if p and p != "__init__"]
+        importing = re.compile(
+            r"^[ \t]*(?:from[ \t]+\.|(?:from|import)[ \t][^\n]*\b(?:" + "|".join(map(re.escape, parts)) + r")\b)", re.M
+        )
+        found = []
+        for path in files:
+            if path == own:
+                continue
+            text = self._cached_text(path)
+            if (text is not None and all(word in text for word in words) and importing.search(text)
+                    and _names_it(text, last, parts if len(words) == 1 else None)):
+                found.append(path)
+        return found
+
+    def _project_files(self, own: str) -> tuple[str, tuple[str, ...]]:
+        """(root, its .py files): the project root above `own` (a folder a run started on or
+        holding a root marker), else `own`'s folder."""
+        folders = list(self._search_folders(os.path.dirname(own)))
+        root = folders[-1]
+        if root not in self.roots and not any(os.path.exists(os.path.join(root, m)) for m in ROOT_MARKERS):
+            root = folders[0]
+        if root not in self._tree:
+            files: list[str] = []
+            for folder, subfolders, names in os.walk(root):
+                subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED_FOLDERS and not d.startswith("."))
+                files.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
+                if len(files) > MAX_PROJECT_FILES:
+                    break
+            self._tree[root] = tuple(files) if len(files) <= MAX_PROJECT_FILES else ()
+        return root, self._tree[root]
+
+    def _cached_text(self, path: str) -> Optional[str]:
+        if path not in self._texts:
+            self._texts[path] = self._text(path)
+        return self._texts[path]
+
     # -------------------------------------------------------------------- resolution
     def resolve(self, qualified_name: str, importer: SemanticModel) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
         """The model and top-level definition (FunctionDef, ClassDef or the binding statement)
@@ -272,10 +361,24 @@ class Project:
             if model is None:
                 continue
             if not attributes:
-                return None  # the name is a module itself, not a value
+                # The name is a module itself, unless its package's `__init__` rebinds it
+                # (`from .train_validate_test import train_validate_test`): then that wins.
+                return self._rebound_by_package(name, importer, budget)
             found = self._definition(model, attributes, budget)
             if found is not None:
                 return found
+        return None
+
+    def _rebound_by_package(self, name: str, importer: SemanticModel, budget: int) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
+        head, _, last = name.rpartition(".")
+        if not head.strip(".") or budget <= 0:
+            return None
+        for package_file, rest in self._candidates(head, importer.path):
+            if not rest and os.path.basename(package_file) == "__init__.py":
+                package = self.model_for(package_file)
+                if package is not None and last in package.imports:
+                    return self._definition(package, [last], budget - 1)
+            break
         return None
 
     def _definition(self, model: SemanticModel, attributes: list[str], budget: int) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
@@ -361,6 +464,115 @@ def _import_lines(text: str, name: Optional[str] = None) -> str:
     if name is not None:
         lines = [line for line in lines if re.search(r"\b" + re.escape(name) + r"\b", line)]
     return "\n".join(lines)
+
+
+def _names_it(text: str, name: re.Pattern, modules: Optional[list[str]]) -> bool:
+    """Whether `text` uses the name other than by defining its own: with `modules` (a
+    top-level function or class), `x.name` counts only where `x` is one of the module
+    names (`engine.train_one_epoch`), so that `model.train()` is not `train`."""
+    if modules is not None:  # `import distributed as dist` then `dist.data_sampler(...)`
+        modules = [*modules, *re.findall(r"^[ \t]*(?:from|import)[ \t][^\n#]*\bas[ \t]+(\w+)", text, re.M)]
+    for match in name.finditer(text):
+        before = text[max(0, match.start() - 64):match.start()]
+        if before.endswith(("def ", "class ", "'", '"')) or text[match.end():match.end() + 1] in ("'", '"'):
+            continue  # its own definition, or a string such as a dict key
+        if modules is not None and before.endswith("."):
+            owner = re.search(r"(\w+)\.$", before)
+            if owner is None or owner.group(1) not in modules:
+                continue
+        return True
+    return False
+
+
+def _definition_path(model: SemanticModel, function: cst.FunctionDef) -> Optional[tuple[str, ...]]:
+    """("train",) for a top-level def, ("Trainer", "fit") for a method of a top-level class;
+    None for anything nested deeper (no other file can name it)."""
+    import libcst as cst
+
+    holder = model.parent(function)
+    if isinstance(holder, cst.Module):
+        return (function.name.value,)
+    holder = model.parent(holder)  # a class body's IndentedBlock
+    if isinstance(holder, cst.ClassDef) and isinstance(model.parent(holder), cst.Module):
+        return (holder.name.value, function.name.value)
+    return None
+
+
+def _calls_of(other: SemanticModel, path: str, target: tuple[str, ...], name: str) -> Optional[list]:
+    """The calls in `other` that run the definition `target` of file `path`; None when
+    `other` uses it other than by calling it."""
+    import libcst as cst
+
+    found = []
+    for node, _, _ in other.references.get(name, ()):
+        parent = other.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            expr = parent
+        elif isinstance(parent, (cst.Attribute, cst.Param, cst.FunctionDef, cst.ClassDef)) or (
+            isinstance(parent, cst.Arg) and parent.keyword is node
+        ):
+            continue  # `name.x`, a parameter, another definition, a keyword: not this definition
+        else:
+            expr = node
+        if _in_import(other, expr):
+            continue
+        holder = other.parent(expr)
+        if isinstance(holder, cst.Call) and holder.func is expr:
+            callee = other.flow.callee(holder)
+            if callee is not None and _is_definition(callee, path, target):
+                found.append((other, holder, callee.bound))
+        elif len(target) == 1 or target[1] == "__init__":
+            resolved = _denoted(other, expr)
+            if resolved is not None and os.path.abspath(resolved[0].path) == path and _node_path(resolved[0], resolved[1]) == target[:1]:
+                return None  # passed as a value, subclassed, aliased: callers we cannot see
+    return found
+
+
+def _in_import(model: SemanticModel, node: cst.CSTNode) -> bool:
+    import libcst as cst
+
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.Import, cst.ImportFrom)):
+            return True
+        if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return False
+    return False
+
+
+def _denoted(model: SemanticModel, expr: cst.CSTNode) -> Optional[tuple]:
+    """The project definition a Name or dotted Attribute denotes through the file's imports."""
+    from dplint.semantic import dotted_name
+
+    dotted = dotted_name(expr)
+    head = dotted.partition(".")[0] if dotted else None
+    if head is None or head not in model.imports or model.project is None:
+        return None
+    try:
+        return model.project.resolve(model.imports[head] + dotted[len(head):], model)
+    except Exception:
+        return None
+
+
+def _node_path(model: SemanticModel, node: cst.CSTNode) -> Optional[tuple[str, ...]]:
+    import libcst as cst
+
+    if isinstance(node, cst.ClassDef):
+        return (node.name.value,) if isinstance(model.parent(node), cst.Module) else None
+    if isinstance(node, cst.FunctionDef):
+        return _definition_path(model, node)
+    return None
+
+
+def _is_definition(callee, path: str, target: tuple[str, ...]) -> bool:
+    """Whether a resolved callee is the definition `target` of file `path`."""
+    import libcst as cst
+
+    if os.path.abspath(callee.model.path) != path:
+        return False
+    node = callee.node
+    if isinstance(node, cst.ClassDef):
+        return target == (node.name.value, "__init__")
+    return _node_path(callee.model, node) == target
 
 
 def owns(model: SemanticModel, node: cst.CSTNode) -> bool:

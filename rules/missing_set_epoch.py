@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -27,25 +28,43 @@ class MissingSetEpoch(Rule):
     `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`.
 
     The sampler is followed through names (every binding that can reach a use, branch by
-    branch), loaders and batch samplers, `self.x` attributes of its class, the parameters of
-    functions and constructors of the same file it is passed to (`Runner(net, loader)`,
-    `train_one_epoch(model, loader)`), the values they return (also one element of a returned
-    tuple: `train_dl, val_dl = make_loaders()`), and, when the file is checked as part of a
-    project, a factory in another file (`sampler=pick_sampler(ds)` that may return one).
-    Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`), `iter(loader)`
-    with `next()`, or a generator that re-iterates it (`while True: for b in loader: yield
-    b`) whose batches are drawn in a training loop. The epoch loop, the iteration and the
-    `backward()` may sit in different functions of the file (`fit()` -> `_one_pass()` ->
-    `_step()`).
+    branch; a module global also where a function reads it), loaders (torch's and PyG's)
+    and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
+    DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, read back
+    as `loaders["train"]` or `loaders[phase]`; another literal key is another entry), the
+    loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
+    loader (`loader = tqdm(loader)`), the parameters of functions and constructors it is
+    passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
+    method's `self` given the instance by `mp.spawn`), and the values they return (also one
+    element of a returned tuple: `train_dl, val_dl = make_loaders()`); a value returned by
+    a function entered through a parameter goes back to that call only.
+
+    When the file is checked as part of a project, all of this continues in the project's
+    other files: into functions and classes they define (`from engine import
+    train_one_epoch`, `import helpers; helpers.make_sampler(...)`, `Trainer(...).fit()`),
+    and back out of this file's functions to the other files that call them (a loader
+    factory whose loader is iterated by `main.py`; an epoch loop in `main.py` around
+    `train_one_epoch` of `engine.py`). A sampler built in a factory and returned itself to
+    another file is reported at that call (`sampler=pick_sampler(ds)` that may return one,
+    with a `shuffle` its only caller passes), a sampler that stays inside a loader where it
+    is built. Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`),
+    `iter(loader)` with `next()`, or a generator that re-iterates it (`while True: for b in
+    loader: yield b`) whose batches are drawn in a training loop. The epoch loop, the
+    iteration and the `backward()` may sit in different functions (`fit()` ->
+    `_one_pass()` -> `_step()`) and files.
 
     It stays silent when the sampler does not provably shuffle (`shuffle=False`, or a
     config value), when the loader is iterated once or only for evaluation, when the sampler
     is rebuilt each epoch with a changing `seed=`, and whenever the sampler or its loader
     reaches code that cannot be seen: a call of something that is neither a function nor a
     class of the file or project (a third-party trainer such as Lightning's `Trainer.fit`,
-    Accelerate's `prepare`, an attribute of an unknown object), a container, a function
-    whose callers are not all visible (a callback), or a class attribute read from outside
-    its class. Such code may call `set_epoch` itself, as Lightning and Accelerate do.
+    Accelerate's `prepare`, an attribute of an unknown object), a list or a dict's
+    `.items()`/`.values()`, a function whose callers are not all visible (a callback, one
+    named in more project files than are searched, or passed as a value in another file),
+    or a class attribute read from outside its class. Such code may call `set_epoch`
+    itself, as Lightning and Accelerate do. Callers in other files are found by a text
+    search of the project for the function's name next to an import of its module: code
+    that reaches the function otherwise (`getattr`, a registry) is not seen.
 
     ## Why is this bad?
     `DistributedSampler.__iter__` seeds its permutation with `seed + self.epoch`
@@ -189,15 +208,15 @@ class MissingSetEpoch(Rule):
             if not (built_here or returns_shuffling_sampler(model, sampler)):
                 continue
             flow = trace_sampler(model, sampler)
-            if flow.escapes or flow.sets_epoch:
-                continue
+            if flow.escapes or flow.sets_epoch or built_here and flow.returned_elsewhere:
+                continue  # (a factory returning it to another file: reported at that call)
             training = [it for it in flow.iterations if it.epoch_loops and it.trains]
-            epoch_loops = [it.epoch_loops for it in training if it.model is model]
+            epoch_loops = [it.epoch_loops for it in training if it.loops_in is model]
             if not training or _reseeded_each_epoch(model, sampler, epoch_loops):
                 continue
-            where = training[0].model
+            where = training[0].loops_in
             line = where.position(training[0].epoch_loops[-1])[0].line
-            line = str(line) if where is model else f"{where.path}:{line}"
+            line = str(line) if where is model else f"{_shown_path(where.path)}:{line}"
             yield Violation(
                 node=sampler,
                 message=(
@@ -231,6 +250,12 @@ class MissingSetEpoch(Rule):
         )
 
 
+def _shown_path(path: str) -> str:
+    """Another file's path as the user typed it: relative to the working folder when inside it."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return path if relative.startswith("..") else relative
+
+
 def _fixable_here(model: SemanticModel, iteration) -> bool:
     """A `for` over the loader inside its epoch loop, in this file: the loop variable counts epochs."""
     return iteration.fixable and iteration.model is model
@@ -256,6 +281,8 @@ def _name_at(model: SemanticModel, flow: SamplerFlow, at: cst.CSTNode) -> Option
     for binding, path, certain in sorted(flow.holders, key=lambda holder: (len(holder[1]), holder[0].order)):
         if not certain or model.binding_at(binding.key, at) is not binding:
             continue  # `sampler = None` then `if distributed: sampler = ...`: may be None there
+        if any(step[0] in "[{" for step in path):
+            continue  # an element of a tuple or dict: no attribute path names it
         name = binding.key
         if name.startswith("self."):
             self_name = model.scope(at).self_name

@@ -16,7 +16,8 @@ class SamplerShuffle(Rule):
     """
     ## What it does
     Flags a `DataLoader` (torch's, or PyG's `torch_geometric.loader.DataLoader`, which
-    hands both arguments on to it) given a torch sampler (such as a `DistributedSampler`)
+    hands both arguments on to it) given a torch sampler (such as a `DistributedSampler`,
+    or an instance of a project class derived from `Sampler`, made in this file or another)
     and a `shuffle=` that is provably true on the same path: `shuffle=True`, a name bound
     to `True`, or an expression such as `shuffle=(sampler is not None)`.
 
@@ -25,10 +26,14 @@ class SamplerShuffle(Rule):
     `sampler = DistributedSampler(ds) if distributed else None` with `shuffle=True` is
     flagged (it raises when `distributed`), while `shuffle=(sampler is None)`,
     `shuffle=not distributed`, or a `shuffle` set to False in the branch that sets the
-    sampler is right. Samplers are also followed through same-file helpers that return them
-    and parameters with a single caller. It stays silent when `shuffle` is unknown (a
-    config value, a parameter with several callers), when the sampler is unknown, and for
-    any other library's `DataLoader`.
+    sampler is right. Samplers are also followed through helpers that return them (of the
+    same file, or of another project file when checked as a project) and parameters whose
+    only caller, in this file or another file of the project, passes them; the branch
+    conditions of different `if` statements with the same test are kept apart from other
+    tests (an earlier `if multi_scale:` does not hide a later `if world_size > 1:`). It
+    stays silent when `shuffle` is unknown (a config value, a parameter whose callers
+    differ, a `**kwargs` dict), when the sampler is unknown, and for any other library's
+    `DataLoader`.
 
     ## Why is this bad?
     `DataLoader.__init__` refuses the combination for any sampler and any truthy shuffle

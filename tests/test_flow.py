@@ -367,3 +367,30 @@ def test_the_flow_model_is_built_lazily_and_once():
     model = model_of("x = 1\n")
     assert model._flow is None
     assert model.flow is model.flow
+
+
+def test_a_branch_condition_that_looks_up_callers_does_not_lose_later_bindings():
+    # `if fast:` asks who calls `build` (to name the test after the caller's argument): that
+    # starts another walk in the middle of this one, which must not disturb it.
+    model = model_of(
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        def build(ds, fast, many):
+            if fast:
+                workers = 0
+            else:
+                workers = 4
+            if many:
+                sampler = DistributedSampler(ds)
+            else:
+                sampler = None
+            return DataLoader(ds, sampler=sampler, shuffle=True, num_workers=workers)
+        build(data, True, world_size > 1)
+        """
+    )
+    loader = call_named(model, "DataLoader")
+    assert [text for text, _ in shown(model, model.flow.values_at(keyword(loader, "sampler"), loader))] == [
+        "DistributedSampler(ds)",
+        "None",
+    ]
+    assert sampler_with_true_shuffle(model, loader) is not None

@@ -113,6 +113,100 @@ def test_resolution_stops_at_the_project_root(tmp_path):
     assert project.resolve("outside.helper", train) is None
 
 
+def test_a_name_that_is_both_a_submodule_and_its_packages_function(tmp_path):
+    write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/train/__init__.py": "from .train_loop import train_loop\n",
+        "pkg/train/train_loop.py": "def train_loop(net, loader):\n    pass\n",
+        "run.py": "import pkg\n",
+    })
+    project = Project((str(tmp_path),))
+    run = model_of(tmp_path / "run.py", project)
+    assert resolved_name(project.resolve("pkg.train.train_loop", run)) == ("train_loop.py", "train_loop")
+
+
+# ------------------------------------------------------------------------- callers
+def function_of(model: SemanticModel, name: str, in_class: str = ""):
+    if in_class:
+        return next(s for s in model.classes[in_class].body.body if isinstance(s, cst.FunctionDef) and s.name.value == name)
+    return model.functions[name][-1]
+
+
+def caller_lines(found) -> list[tuple[str, int, bool]]:
+    return sorted((os.path.basename(m.path), m.position(call)[0].line, bound) for m, call, bound in found)
+
+
+def test_callers_in_other_files_by_every_import_form(tmp_path):
+    write(tmp_path, {
+        "pyproject.toml": "",
+        "engine.py": "def train_one_epoch(net, loader):\n    pass\n",
+        "main.py": "from engine import train_one_epoch\ntrain_one_epoch(net, loader)\n",
+        "tools/finetune.py": "import engine\n\ndef run():\n    engine.train_one_epoch(net, small_loader)\n",
+        "unrelated.py": "def train_one_epoch(a, b):\n    pass\ntrain_one_epoch(1, 2)\n",
+    })
+    project = Project((str(tmp_path),))
+    engine = model_of(tmp_path / "engine.py", project)
+    found = project.callers(engine, function_of(engine, "train_one_epoch"))
+    assert caller_lines(found) == [("finetune.py", 4, False), ("main.py", 2, False)]
+    assert engine.flow.all_call_sites(function_of(engine, "train_one_epoch")) == found
+
+
+def test_callers_of_a_constructor_and_of_a_method(tmp_path):
+    write(tmp_path, {
+        "trainer.py": (
+            "class Trainer:\n"
+            "    def __init__(self, net, loader):\n        self.loader = loader\n"
+            "    def fit(self, epochs):\n        pass\n"
+        ),
+        "main.py": "from trainer import Trainer\ntrainer = Trainer(net, loader)\ntrainer.fit(10)\n",
+    })
+    project = Project((str(tmp_path),))
+    trainer = model_of(tmp_path / "trainer.py", project)
+    assert caller_lines(project.callers(trainer, function_of(trainer, "__init__", "Trainer"))) == [("main.py", 2, True)]
+    assert caller_lines(project.callers(trainer, function_of(trainer, "fit", "Trainer"))) == [("main.py", 3, True)]
+
+
+def test_callers_are_unknown_when_another_file_passes_the_function_or_subclasses(tmp_path):
+    write(tmp_path, {
+        "worker.py": "def main_worker(rank, loader):\n    pass\nclass Runner:\n    def __init__(self, loader):\n        pass\n",
+        "launch.py": "import torch.multiprocessing as mp\nfrom worker import main_worker\nmp.spawn(main_worker, args=(loader,))\n",
+        "custom.py": "from worker import Runner\nclass FastRunner(Runner):\n    pass\nRunner(loader)\n",
+    })
+    project = Project((str(tmp_path),))
+    worker = model_of(tmp_path / "worker.py", project)
+    assert project.callers(worker, function_of(worker, "main_worker")) is None
+    assert project.callers(worker, function_of(worker, "__init__", "Runner")) is None
+
+
+def test_a_parameter_filled_by_the_only_caller_in_another_file(tmp_path):
+    write(tmp_path, {
+        "engine.py": "def evaluate(net):\n    return net\n",
+        "main.py": (
+            "import torch.nn as nn\nfrom engine import evaluate\n"
+            "net = nn.DataParallel(Net())\nevaluate(net)\n"
+        ),
+    })
+    project = Project((str(tmp_path),))
+    engine = model_of(tmp_path / "engine.py", project)
+    returned = engine.flow.own_returns(function_of(engine, "evaluate"))[0].value
+    (value,) = engine.flow.values_at(returned)
+    assert os.path.basename(value.model.path) == "main.py"
+    assert value.model.code(value.expr) == "nn.DataParallel(Net())"
+    assert engine.flow.wrapped_on_every_path(returned)
+
+
+def test_callers_that_differ_leave_the_parameter_unknown(tmp_path):
+    write(tmp_path, {
+        "engine.py": "def evaluate(net):\n    return net\n",
+        "a.py": "import torch.nn as nn\nfrom engine import evaluate\nevaluate(nn.DataParallel(Net()))\n",
+        "b.py": "from engine import evaluate\nevaluate(Net())\n",
+    })
+    project = Project((str(tmp_path),))
+    engine = model_of(tmp_path / "engine.py", project)
+    returned = engine.flow.own_returns(function_of(engine, "evaluate"))[0].value
+    assert [v.known for v in engine.flow.values_at(returned)] == [False]
+
+
 def test_import_cycles_and_broken_files_end(tmp_path):
     write(tmp_path, {
         "a.py": "from b import thing\n",

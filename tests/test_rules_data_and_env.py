@@ -194,9 +194,16 @@ def test_set_epoch_fix_keeps_comments_crlf_and_tabs():
     cst.parse_module(fixed)
 
 
-def test_set_epoch_module_level_names_used_inside_a_function_are_not_followed():
-    code = LOADER + "def train():\n    for epoch in range(3):\n        for x, y in loader:\n    " + TRAIN
-    assert findings(code, "DPL008") == []
+def test_set_epoch_module_level_names_used_inside_a_function_are_followed():
+    # The function reads the module's `loader` when it runs: the global it holds last.
+    code = LOADER + "def train():\n    for epoch in range(3):\n        for x, y in loader:\n    " + TRAIN + "train()\n"
+    assert findings(code, "DPL008") == [(3, 11, "error", True)]
+    fixed = fix(code, only=SET_EPOCH)
+    assert "    for epoch in range(3):\n        sampler.set_epoch(epoch)\n" in fixed
+    with_epoch = code.replace("    for epoch in range(3):\n", "    for epoch in range(3):\n        loader.sampler.set_epoch(epoch)\n")
+    assert findings(with_epoch, "DPL008") == []
+    rebound = LOADER + "def train(loader):\n    for epoch in range(3):\n        for x, y in loader:\n    " + TRAIN
+    assert findings(rebound, "DPL008") == []  # its own `loader`, from callers it never has
 
 
 def test_set_epoch_follows_same_file_helpers_but_not_unknown_code():
