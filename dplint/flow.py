@@ -805,6 +805,7 @@ class Flow:
         """(call, bound) for every call of a same-file function or class (its constructor);
         None when it may be called from where we can't see."""
         if self._call_sites is None:
+            self._call_sites = {}  # a question asked while collecting sees no call sites, not a second collection
             self._call_sites = self._collect_call_sites()
         return self._call_sites.get(function)
 
@@ -815,6 +816,7 @@ class Flow:
         train_one_epoch`, `Trainer(model, loader)` made in `main.py`); see
         `Project.callers`. None when some caller may be unseen, or there is none."""
         if self._call_sites is None:
+            self._call_sites = {}  # as in call_sites: no re-entrant collection
             self._call_sites = self._collect_call_sites()
         if function in self._escaping:
             return None
@@ -1059,10 +1061,13 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
             if node is not owner_class.name and node not in callee_nodes:
                 return True
         return False
-    for node, _, _ in model.references.get(name, ()):
+    defined_in = next((a for a in model.ancestors(target) if isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Module))), None)
+    for node, scope, _ in model.references.get(name, ()):
         parent = model.parent(node)
         if node in callee_nodes or node in callee_attrs:
             continue
+        if scope.kind == "function" and name in scope.local_names and scope.node is not defined_in:
+            continue  # a local of another function (`def train(evaluate=False)`), not this function
         if node is target.name:
             continue
         if isinstance(parent, cst.Attribute) and parent.attr is node and owner_class is None:

@@ -215,6 +215,22 @@ def test_callers_that_differ_or_escapes_say_nothing():
     assert model.flow.values_per_caller(rank_param) is None  # `worker` escapes into spawn()
 
 
+def test_a_parameter_named_like_a_function_is_not_that_function_escaping():
+    model = model_of(
+        """
+        def evaluate(loader):
+            use(loader)
+        def train(args, evaluate=False):
+            if evaluate:
+                return
+        evaluate(val_loader)
+        """
+    )
+    (in_evaluate,) = [s.node for s in model.calls if model.code(s.node.func) == "use"]
+    # `evaluate` read in train() is train's parameter: the function's one caller is still known
+    assert shown(model, model.flow.values_at(in_evaluate.args[0].value, in_evaluate)) == [("val_loader", ())]
+
+
 def test_tuple_target_is_a_store():
     model = model_of(
         """
