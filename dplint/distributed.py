@@ -85,13 +85,32 @@ def is_multi_process(model: SemanticModel) -> bool:
     """The file runs as one of several processes: it starts a process group (itself, through
     DeepSpeed, Accelerate or Horovod, or through a helper named like `init_distributed_mode`),
     builds a DistributedDataParallel or a DistributedSampler, or reads the `LOCAL_RANK` that a
-    launcher (torchrun, `torch.distributed.launch`, deepspeed) hands every process."""
+    launcher (torchrun, `torch.distributed.launch`, deepspeed) hands every process.
+    A file whose every process group is `init_process_group(..., world_size=1)` is one process
+    (the old one-process DDP over several GPUs), unless a launcher's rank says otherwise."""
+    if _one_process_group_of_one(model):
+        return _reads_launcher_rank(model)
     if any(wrapping.kind == "DDP" for wrapping in model.wrappings):
         return True
     for site in model.calls:
         if starts_process_group(model, site.node) or site.qualified_name in MULTI_PROCESS_CLASSES:
             return True
     return _reads_launcher_rank(model)
+
+
+def _one_process_group_of_one(model: SemanticModel) -> bool:
+    """Every process group the file starts is `init_process_group(..., world_size=1)`, and it
+    builds no DistributedSampler (which would mean several processes)."""
+    starts = [site.node for site in model.calls if starts_process_group(model, site.node)]
+    if not starts or any(site.qualified_name in MULTI_PROCESS_CLASSES for site in model.calls):
+        return False
+    return all(is_group_of_one(call) for call in starts)
+
+
+def is_group_of_one(call: cst.Call) -> bool:
+    """`init_process_group(..., world_size=1)`: a process group of exactly one process."""
+    size = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "world_size"), None)
+    return isinstance(size, cst.Integer) and size.value == "1"
 
 
 def starts_process_group(model: SemanticModel, call: cst.Call) -> bool:

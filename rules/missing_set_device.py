@@ -6,7 +6,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.distributed import INIT_PROCESS_GROUP, called_functions, callers_of
+from dplint.distributed import INIT_PROCESS_GROUP, called_functions, callers_of, is_group_of_one
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value
 
@@ -130,8 +130,8 @@ class MissingSetDevice(Rule):
         own = {id(site.node): _placements_of_process(model, site.node, placements) for site in inits}
         narrowed = len(inits) > 1 and any(own.values())
         for site in inits:
-            if argument(site.node, None, "device_id") is not None:
-                continue
+            if argument(site.node, None, "device_id") is not None or is_group_of_one(site.node):
+                continue  # a device chosen by the group, or one process: nobody shares GPU 0
             mine = own[id(site.node)] if narrowed else placements
             if not mine:
                 continue

@@ -45,9 +45,12 @@ class UnguardedRankSave(Rule):
     (`if not is_master: return`), in a function decorated `@rank_zero_only` / `@master_only`,
     or in a function whose calls in this file are all guarded. A machine's index
     (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
-    A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`) or to an in-memory
+    A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, or a name bound to one:
+    `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`) or to an in-memory
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
-    runs it), nor `utils.save_on_master(...)` (not a `torch.save`).
+    runs it), nor `utils.save_on_master(...)` (not a `torch.save`). A file whose every process
+    group is `init_process_group(..., world_size=1)` (the old one-process DDP over all GPUs)
+    runs as one process: nothing to guard.
 
     When dplint checks a project, a plain function of another project file that this file
     calls on every rank (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)
@@ -362,8 +365,11 @@ def _target_is_per_rank(model: SemanticModel, save: cst.Call) -> bool:
     target = argument(save, 1, "f")
     if target is None or mentions_rank(model, target):
         return True
-    if _is_private(model, model.value_at(target, save)):
+    value = model.value_at(target, save)
+    if _is_private(model, value):
         return True
+    if isinstance(target, cst.Name) and value is not None and mentions_rank(model, value):
+        return True  # `mb_path = os.path.join(out, "mb" + str(args.rank) + ".pth")`: a file per rank
     key = model.binding_key(target, save)
     binding = model.binding_at(key, save) if key is not None else None
     if binding is None:
