@@ -19,6 +19,7 @@ from dplint.semantic import (
     peel_self_returning,
     static_truth,
 )
+from dplint.flow import consistent
 from dplint.training import backprops
 
 # torch's own samplers: any of them next to a truthy `shuffle` makes DataLoader raise.
@@ -104,13 +105,69 @@ def sampler_with_true_shuffle(model: SemanticModel, loader: cst.Call):
     """
     shuffle = loader_argument(model, loader, "shuffle")
     sampler = loader_argument(model, loader, "sampler")
-    if shuffle is None or sampler is None:
+    if sampler is None:
         return None
     flow = model.flow
+    # `shuffle=` itself, or `shuffle` entries that reach it through `**kwargs`
+    shuffles = [(shuffle, loader, ())] if shuffle is not None else kwargs_entries(model, loader, "shuffle")
     for value in flow.values_at(sampler, loader):
-        if value.known and is_torch_sampler(value) and flow.truth(shuffle, loader, value.conditions) is True:
-            return value
+        if not (value.known and is_torch_sampler(value)):
+            continue
+        for expr, at, path in shuffles:
+            if consistent(value.conditions, path) and flow.truth(expr, at, (*value.conditions, *path)) is True:
+                return value
     return None
+
+
+def kwargs_entries(model: SemanticModel, call: cst.Call, key: str) -> list[tuple[cst.BaseExpression, cst.CSTNode, tuple]]:
+    """(value, where, branch conditions) of every `key` entry a call gets through `**name`:
+    entries of the dict literals bound to the name (`kw = {"shuffle": True}`) and of what is
+    merged into it before the call in the same function (`if use_cuda: kw.update(cuda_kw)`).
+    Empty when the entry may be removed (`kw.pop("shuffle")`, `del kw["shuffle"]`)."""
+    found = []
+    flow = model.flow
+    for arg in call.args:
+        if arg.star != "**" or not isinstance(arg.value, cst.Name):
+            continue
+        name = arg.value.value
+        for value in flow.values_at(arg.value, call):
+            found += [(entry, value.expr, value.conditions) for entry in _dict_entries(value.expr, key)]
+        function = _function_of(model, call)
+        for site in model.calls:
+            method = site.node.func
+            if not (isinstance(method, cst.Attribute) and isinstance(method.value, cst.Name) and method.value.value == name
+                    and _function_of(model, site.node) is function and model.order(site.node) < model.order(call)):
+                continue
+            if method.attr.value in ("pop", "clear", "popitem"):
+                return []
+            if method.attr.value != "update":
+                continue
+            here = flow.branch_conditions(site.node)
+            for merged in site.node.args:
+                if merged.keyword is not None and merged.keyword.value == key:
+                    found.append((merged.value, site.node, here))
+                elif merged.keyword is None and not merged.star:
+                    for value in flow.values_at(merged.value, site.node):
+                        found += [(entry, value.expr, (*here, *value.conditions)) for entry in _dict_entries(value.expr, key)]
+    for node in model.nodes():
+        if isinstance(node, cst.Del) and key in model.code(node):
+            return []
+    return found
+
+
+def _dict_entries(expr, key: str) -> list[cst.BaseExpression]:
+    """The values of `key` in a dict literal or a `dict(key=...)` call."""
+    if isinstance(expr, cst.Dict):
+        return [element.value for element in expr.elements
+                if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString)
+                and element.key.value.strip("'\"") == key]
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "dict":
+        return [arg.value for arg in expr.args if arg.keyword is not None and arg.keyword.value == key]
+    return []
+
+
+def _function_of(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    return next((a for a in model.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
 
 
 def is_distributed_sampler(model: SemanticModel, call: Optional[cst.Call]) -> bool:

@@ -217,6 +217,10 @@ class Flow:
             initial.extend(entry for entry in left if entry not in initial)
         return self._reaching_in(owner, key, at, method, initial)
 
+    def branch_conditions(self, node: cst.CSTNode) -> Path:
+        """The `if` tests around a node inside its own function (outermost first)."""
+        return self._branch_conditions(node)
+
     def _branch_conditions(self, node: cst.CSTNode) -> Path:
         """The `if` tests around a node inside its own function (outermost first)."""
         found = []

@@ -30,10 +30,14 @@ class SamplerShuffle(Rule):
     same file, or of another project file when checked as a project) and parameters whose
     only caller, in this file or another file of the project, passes them; the branch
     conditions of different `if` statements with the same test are kept apart from other
-    tests (an earlier `if multi_scale:` does not hide a later `if world_size > 1:`). It
-    stays silent when `shuffle` is unknown (a config value, a parameter whose callers
-    differ, a `**kwargs` dict), when the sampler is unknown, and for any other library's
-    `DataLoader`.
+    tests (an earlier `if multi_scale:` does not hide a later `if world_size > 1:`). A
+    `shuffle` that comes in through `**options` is read from the dict literals bound to the
+    name and from what is merged into it earlier in the same function
+    (`if use_cuda: options.update(cuda_options)`), each under its branch conditions; that
+    finding is on `**options`, without an automatic fix. It stays silent when `shuffle` is
+    unknown (a config value, a parameter whose callers differ, a `**kwargs` dict it cannot
+    read or that may lose the entry: `options.pop("shuffle")`, `del options["shuffle"]`),
+    when the sampler is unknown, and for any other library's `DataLoader`.
 
     ## Why is this bad?
     `DataLoader.__init__` refuses the combination for any sampler and any truthy shuffle
@@ -127,6 +131,17 @@ class SamplerShuffle(Rule):
             if sampler.conditions:
                 which += " (on the path where the sampler is set)"
             shuffle_arg = keyword_arg(call, LOADER_SHUFFLE[1])
+            if shuffle is None:  # it comes in through `**kwargs`: reported there, no automatic fix
+                spread = next(arg for arg in call.args if arg.star == "**")
+                yield Violation(
+                    node=spread,
+                    message=(
+                        f"DataLoader gets a sampler and a true `shuffle` through `**{model.code(spread.value)}`: "
+                        "it raises `ValueError: sampler option is mutually exclusive with shuffle`; "
+                        f"{which}, so keep `shuffle` out of the keyword arguments of this loader"
+                    ),
+                )
+                continue
             yield Violation(
                 node=shuffle_arg if shuffle_arg is not None else shuffle,
                 message=(
