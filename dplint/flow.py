@@ -160,6 +160,7 @@ class Flow:
         self._callees: dict[tuple, Optional[Callee]] = {}
         self._instance_aliases: Optional[dict] = None
         self._conditions: dict[tuple, tuple] = {}
+        self._inlining: set = set()  # calls whose predicate body is being looked up
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -388,6 +389,11 @@ class Flow:
     def _condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, holds = test.expression, not holds
+        inlined = self._predicate_body(test) if isinstance(test, cst.Call) else None
+        if inlined is not None:
+            # `is_distributed(model)` with `def is_distributed(m): return isinstance(m, DDP)`
+            # is the test `isinstance(model, DDP)` itself, wherever it is spelled either way
+            return Condition(inlined, holds, 0)
         text = _SPACE.sub("", self.model.code(test))
         parens = len(getattr(test, "lpar", ()))
         if parens and text.startswith("(" * parens) and text.endswith(")" * parens):
@@ -415,6 +421,39 @@ class Flow:
                 argument_name, caller_scope = passed
                 return Condition(argument_name + text[len(root.value):], holds, caller_scope)
         return Condition(text, holds, scope)
+
+    def _predicate_body(self, call: cst.Call) -> Optional[str]:
+        """The test a one-line predicate of the project runs, with its parameters replaced by
+        the call's arguments (names and attributes only): `is_model_distributed(model)` ->
+        `isinstance(model,DistributedDataParallel)`; None for anything else."""
+        if not call.args or any(arg.keyword is not None or arg.star for arg in call.args):
+            return None
+        if not all(isinstance(arg.value, (cst.Name, cst.Attribute)) for arg in call.args):
+            return None
+        if call in self._inlining:
+            return None  # a predicate whose resolution asks about itself
+        self._inlining.add(call)
+        try:
+            callee = self.callee(call)
+        finally:
+            self._inlining.discard(call)
+        function = getattr(callee, "node", None)
+        if callee is None or getattr(callee, "bound", False) or not isinstance(function, cst.FunctionDef):
+            return None
+        body = [statement for statement in function.body.body
+                if not (isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr)
+                        and isinstance(statement.body[0].value, cst.SimpleString))]  # a docstring
+        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
+            return None
+        returned = body[0].body[0]
+        params = function.params
+        if not isinstance(returned, cst.Return) or returned.value is None or params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) \
+                or params.star_kwarg is not None or params.kwonly_params or len(params.params) != len(call.args):
+            return None
+        text = _SPACE.sub("", callee.model.code(returned.value))
+        for param, arg in zip(params.params, call.args):
+            text = re.sub(rf"\b{re.escape(param.name.value)}\b", _SPACE.sub("", self.model.code(arg.value)), text)
+        return text
 
     def _caller_argument(self, owner: "Scope", name: str, depth: int = 3) -> Optional[tuple]:
         """(name, scope id) of what the only call of function `owner` passes for its parameter

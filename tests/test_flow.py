@@ -410,3 +410,24 @@ def test_a_branch_condition_that_looks_up_callers_does_not_lose_later_bindings()
         "None",
     ]
     assert sampler_with_true_shuffle(model, loader) is not None
+
+
+def test_a_one_line_predicate_is_the_test_it_returns():
+    model = model_of(
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def is_wrapped(net):
+            \"\"\"Whether DDP wraps it.\"\"\"
+            return isinstance(net, DDP)
+        def unwrap(model):
+            if is_wrapped(model):
+                return model.module
+            if isinstance(model, DDP):
+                return model.module
+            return model
+        """
+    )
+    first, second = [node for node in model.nodes() if isinstance(node, cst.If)]
+    inlined, spelled = model.flow.condition(first.test), model.flow.condition(second.test)
+    assert inlined.test == "isinstance(model,DDP)"
+    assert (inlined.test, inlined.holds) == (spelled.test, spelled.holds)
