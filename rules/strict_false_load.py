@@ -40,7 +40,9 @@ class StrictFalseLoad(Rule):
     a URL the user passes is not fixed. Silent in a model factory's pretrained branch (under
     an `if pretrained:` test, or in a function with a `pretrained` parameter, unless the load
     sits under a test of another parameter that the function hands to `torch.load`: `if
-    resume_path:` is the caller's checkpoint): loading
+    resume_path:` is the caller's checkpoint, or the test looks for the target's own class
+    name in the file's name, `if "Tracker" in cfg.pretrain_file:` before
+    `Tracker(...).load_state_dict(...)`, a checkpoint of this very model): loading
     published weights without their head is what `strict=False` is for there. Silent too when
     `strict` is not literally False.
 
@@ -115,7 +117,7 @@ class StrictFalseLoad(Rule):
         for load in checkpoint_facts(model).loads:
             if not load.strict_false or not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
                 continue
-            if _pretrained_initialisation(model, load.call):
+            if _pretrained_initialisation(model, load):
                 continue
             yield Violation(
                 node=load.call,
@@ -132,18 +134,38 @@ class StrictFalseLoad(Rule):
             )
 
 
-def _pretrained_initialisation(model: SemanticModel, call: cst.Call) -> bool:
+def _pretrained_initialisation(model: SemanticModel, load: StateDictLoad) -> bool:
     """A model factory loading published pretrained weights on purpose: the load sits under an
     `if pretrained:` test, or in a function with a `pretrained` parameter (`resnet50(pretrained=
     True)` style). Non-strict there is deliberate (the classifier head differs), and the weights
-    are a fixed file, not a checkpoint a DataParallel/DDP run wrote."""
+    are a fixed file, not a checkpoint a DataParallel/DDP run wrote. A test that the pretrained
+    file is named for the target's own class (`if "Tracker" in cfg.PRETRAIN_FILE:` before
+    `Tracker(...).load_state_dict(...)`) picks a checkpoint of this very model, not weights
+    without a head."""
+    call = load.call
     for ancestor in model.ancestors(call):
         if isinstance(ancestor, (cst.If, cst.IfExp)) and "pretrain" in model.code(ancestor.test).lower():
-            return True
+            return not _names_own_class(ancestor.test, load.bare_class)
         if isinstance(ancestor, cst.FunctionDef):
             params = ancestor.params
             names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
             return any("pretrain" in name.lower() for name in names) and not _resume_branch(model, call, ancestor, names)
+    return False
+
+
+def _names_own_class(test: cst.BaseExpression, class_name: str | None) -> bool:
+    """`"Tracker" in cfg.PRETRAIN_FILE` when the target is a `Tracker`: the test looks for the
+    target's own class name in a string (a literal on the left of `in`)."""
+    if not class_name:
+        return False
+    stack: list[cst.CSTNode] = [test]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Comparison) and isinstance(current.left, cst.SimpleString):
+            if any(isinstance(t.operator, cst.In) for t in current.comparisons):
+                if current.left.evaluated_value.lower() == class_name.lower():
+                    return True
+        stack.extend(current.children)
     return False
 
 

@@ -410,6 +410,27 @@ def test_strict_false_load_key_sets_and_lookups_before_the_load(before, expected
     assert [(row, column) for row, column, _, _ in found(code, ["DPL005"])] == expected
 
 
+@pytest.mark.parametrize(
+    "test, expected",
+    [
+        ("cfg.pretrained", []),  # a factory's published weights: the head may differ
+        ("'imagenet' in cfg.pretrain_file", []),
+        ("'Net' in cfg.pretrain_file", [(6, 9)]),  # a checkpoint of this very model
+        ("'net' in cfg.PRETRAIN_FILE and training", [(6, 9)]),
+    ],
+)
+def test_strict_false_load_pretrained_file_of_the_target_class(test, expected):
+    code = (
+        "import torch\nfrom models import Net\n"
+        "def build(cfg, training):\n"
+        "    net = Net()\n"
+        f"    if {test}:\n"
+        "        net.load_state_dict(torch.load(cfg.pretrain_file), strict=False)\n"
+        "    return net\n"
+    )
+    assert [(row, column) for row, column, _, _ in found(code, ["DPL005"])] == expected
+
+
 def test_strict_false_load_unrelated_statement_before_is_not_a_check():
     code = "import torch\nsd = torch.load('a.pt')\nprint(len(sd), net.state_dict)\nnet.load_state_dict(sd, strict=False)\n"
     assert found(code, ["DPL005"]) == [(4, 1, "DPL005", "warning")]
