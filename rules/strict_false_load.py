@@ -21,10 +21,14 @@ class StrictFalseLoad(Rule):
     Silent when the code already matches the keys to the model: the state dict is the
     model's own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it
     (`{k: v for k, v in sd.items() if k in own}`), or a statement before the load, in the same
-    function, uses both the state dict and the model's `state_dict()` (`missing =
-    set(model.state_dict()) - set(sd)`, a log of the keys not in the model), or a loop that
-    fills the state dict looks the model's keys up (`meta = model.state_dict()` ... `for name,
-    t in full.items(): sd[name] = shard(t, meta.get(name))`), or a helper named for keys gets
+    function, uses both the state dict and the model's `state_dict()` in a set operation on
+    the keys (`missing = set(model.state_dict()) - set(sd)`, a log of `set(own) & set(sd)`,
+    `set(sd).difference(own)`) or a membership test (a log of the keys not in the model), or
+    a loop that fills the state dict looks the model's keys up (`meta = model.state_dict()`
+    ... `for name, t in full.items(): sd[name] = shard(t, meta.get(name))`, or `{k: v for k, v
+    in ckpt.items() if model.state_dict()[k].shape == v.shape}`, where a key the model lacks
+    raises KeyError). Counting is no comparison (`len(model.state_dict()) - len(sd)`), nor is
+    listing only the checkpoint's keys. Silent too when a helper named for keys gets
     the model and the dict first (`check_keys(model, sd)`), or a function of this file or the
     project, given the dict, compares it with the model's own keys (`self.check_keys(sd)` whose
     body takes `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the
@@ -36,7 +40,9 @@ class StrictFalseLoad(Rule):
     a URL the user passes is not fixed. Silent in a model factory's pretrained branch (under
     an `if pretrained:` test, or in a function with a `pretrained` parameter, unless the load
     sits under a test of another parameter that the function hands to `torch.load`: `if
-    resume_path:` is the caller's checkpoint): loading
+    resume_path:` is the caller's checkpoint, or the test looks for the target's own class
+    name in the file's name, `if "Tracker" in cfg.pretrain_file:` before
+    `Tracker(...).load_state_dict(...)`, a checkpoint of this very model): loading
     published weights without their head is what `strict=False` is for there. Silent too when
     `strict` is not literally False.
 
@@ -111,7 +117,7 @@ class StrictFalseLoad(Rule):
         for load in checkpoint_facts(model).loads:
             if not load.strict_false or not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
                 continue
-            if _pretrained_initialisation(model, load.call):
+            if _pretrained_initialisation(model, load):
                 continue
             yield Violation(
                 node=load.call,
@@ -128,18 +134,38 @@ class StrictFalseLoad(Rule):
             )
 
 
-def _pretrained_initialisation(model: SemanticModel, call: cst.Call) -> bool:
+def _pretrained_initialisation(model: SemanticModel, load: StateDictLoad) -> bool:
     """A model factory loading published pretrained weights on purpose: the load sits under an
     `if pretrained:` test, or in a function with a `pretrained` parameter (`resnet50(pretrained=
     True)` style). Non-strict there is deliberate (the classifier head differs), and the weights
-    are a fixed file, not a checkpoint a DataParallel/DDP run wrote."""
+    are a fixed file, not a checkpoint a DataParallel/DDP run wrote. A test that the pretrained
+    file is named for the target's own class (`if "Tracker" in cfg.PRETRAIN_FILE:` before
+    `Tracker(...).load_state_dict(...)`) picks a checkpoint of this very model, not weights
+    without a head."""
+    call = load.call
     for ancestor in model.ancestors(call):
         if isinstance(ancestor, (cst.If, cst.IfExp)) and "pretrain" in model.code(ancestor.test).lower():
-            return True
+            return not _names_own_class(ancestor.test, load.bare_class)
         if isinstance(ancestor, cst.FunctionDef):
             params = ancestor.params
             names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
             return any("pretrain" in name.lower() for name in names) and not _resume_branch(model, call, ancestor, names)
+    return False
+
+
+def _names_own_class(test: cst.BaseExpression, class_name: str | None) -> bool:
+    """`"Tracker" in cfg.PRETRAIN_FILE` when the target is a `Tracker`: the test looks for the
+    target's own class name in a string (a literal on the left of `in`)."""
+    if not class_name:
+        return False
+    stack: list[cst.CSTNode] = [test]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Comparison) and isinstance(current.left, cst.SimpleString):
+            if any(isinstance(t.operator, cst.In) for t in current.comparisons):
+                if current.left.evaluated_value.lower() == class_name.lower():
+                    return True
+        stack.extend(current.children)
     return False
 
 
@@ -252,16 +278,27 @@ def _copies(model: SemanticModel, call: cst.Call) -> bool:
     return name.rsplit(".", 1)[-1] in ("deepcopy", "copy", "dict", "OrderedDict")
 
 
+# Set operations that compare two key sets (`own & set(sd)`, `set(sd).difference(own)`).
+_KEY_SET_OPERATORS = (cst.Subtract, cst.BitAnd, cst.BitXor)
+_KEY_SET_METHODS = {"difference", "intersection", "symmetric_difference", "issubset", "issuperset", "isdisjoint"}
+
+
 def _compares_keys(model: SemanticModel, node: cst.CSTNode, target: cst.BaseExpression, own_names: set[str]) -> bool:
-    """A key comparison with the model's state dict: `set(own) - set(sd)`, a comprehension or
-    loop over one testing `in`/`not in` the other, or a loop over a dict looking each key up in
-    the model's (`meta.get(name)`). A loop over a literal list of a few keys is not one."""
+    """A key comparison with the model's state dict: a set operation on the keys (`set(own) -
+    set(sd)`, `set(own) & set(sd)`, `set(sd).intersection(own)`), a comprehension or loop
+    over one testing `in`/`not in` the other, or a loop over a dict looking each key up in the
+    model's (`meta.get(name)`, `own[k].shape == v.shape`: a key the model lacks raises
+    KeyError). A loop over a literal list of a few keys is not one, nor a difference of counts
+    (`len(own) - len(sd)`)."""
     if not _mentions_own_state_dict(model, node, target, own_names):
         return False
     stack = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, cst.Subtract):
+        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, _KEY_SET_OPERATORS):
+            if not _is_count(current.left) and not _is_count(current.right):
+                return True
+        if isinstance(current, cst.Call) and _is_key_set_method(model, current, target, own_names):
             return True
         if isinstance(current, (cst.For, cst.CompFor)) and not isinstance(current.iter, (cst.List, cst.Tuple, cst.Set)):
             if _has_membership_or_lookup(current, model, target, own_names):
@@ -281,8 +318,29 @@ def _has_membership_or_lookup(loop, model, target, own_names) -> bool:
             method = method_call(current)
             if method is not None and method[1] == "get" and _mentions_own_state_dict(model, method[0], target, own_names):
                 return True
+        if isinstance(current, cst.Subscript) and literal_key(current) is None:
+            if _mentions_own_state_dict(model, current.value, target, own_names):
+                return True  # `own[k]` per key: a key the model lacks raises KeyError
+        if isinstance(current, (cst.AssignTarget, cst.Del)):
+            continue  # `own[k] = v` stores, it looks nothing up
         stack.extend(current.children)
     return False
+
+
+def _is_count(expr: cst.BaseExpression) -> bool:
+    """`len(x)`, a number: a count, not a set of keys."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "len"
+
+
+def _is_key_set_method(model: SemanticModel, call: cst.Call, target, own_names) -> bool:
+    """`set(sd).intersection(own)`, `own_keys.difference(sd)`: a set method that involves the
+    model's own keys (on either side)."""
+    method = method_call(call)
+    if method is None or method[1] not in _KEY_SET_METHODS:
+        return False
+    return _mentions_own_state_dict(model, call, target, own_names)
 
 
 def _is_key_check(model: SemanticModel, call: cst.Call, target: str) -> bool:

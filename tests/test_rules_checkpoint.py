@@ -387,6 +387,50 @@ def test_save_wrapped_of_a_parameter_whose_only_caller_passes_a_wrapper():
     assert found(two_callers, ["DPL006"]) == [(6, 10, "DPL006", "warning")]
 
 
+@pytest.mark.parametrize(
+    "before, expected",
+    [
+        # Key sets of both, intersected or differenced, before the load: compared.
+        ("print(set(net.state_dict()) & set(sd))\n", []),
+        ("print(set(sd.keys()) ^ set(net.state_dict().keys()))\n", []),
+        ("print(set(sd).intersection(net.state_dict()))\n", []),
+        ("own = net.state_dict()\nprint(set(sd).difference(own))\n", []),
+        # Each checkpoint key looked up in the model's own dict (KeyError for a key it lacks).
+        ("sd = {k: v for k, v in sd.items() if net.state_dict()[k].shape == v.shape}\n", []),
+        # Counts are no comparison of keys; neither is the checkpoint's own key list, nor a
+        # loop that only stores into the model's dict.
+        ("print(len(net.state_dict()) - len(sd))\n", [(4, 1)]),
+        ("print(set(sd) & set(sd))\n", [(4, 1)]),
+        ("for k in sd:\n    print(k, net.state_dict)\n", [(5, 1)]),
+        ("own = net.state_dict()\nfor k, v in sd.items():\n    own[k] = v\n", [(6, 1)]),
+    ],
+)
+def test_strict_false_load_key_sets_and_lookups_before_the_load(before, expected):
+    code = "import torch\nsd = torch.load('a.pt')\n" + before + "net.load_state_dict(sd, strict=False)\n"
+    assert [(row, column) for row, column, _, _ in found(code, ["DPL005"])] == expected
+
+
+@pytest.mark.parametrize(
+    "test, expected",
+    [
+        ("cfg.pretrained", []),  # a factory's published weights: the head may differ
+        ("'imagenet' in cfg.pretrain_file", []),
+        ("'Net' in cfg.pretrain_file", [(6, 9)]),  # a checkpoint of this very model
+        ("'net' in cfg.PRETRAIN_FILE and training", [(6, 9)]),
+    ],
+)
+def test_strict_false_load_pretrained_file_of_the_target_class(test, expected):
+    code = (
+        "import torch\nfrom models import Net\n"
+        "def build(cfg, training):\n"
+        "    net = Net()\n"
+        f"    if {test}:\n"
+        "        net.load_state_dict(torch.load(cfg.pretrain_file), strict=False)\n"
+        "    return net\n"
+    )
+    assert [(row, column) for row, column, _, _ in found(code, ["DPL005"])] == expected
+
+
 def test_strict_false_load_unrelated_statement_before_is_not_a_check():
     code = "import torch\nsd = torch.load('a.pt')\nprint(len(sd), net.state_dict)\nnet.load_state_dict(sd, strict=False)\n"
     assert found(code, ["DPL005"]) == [(4, 1, "DPL005", "warning")]
