@@ -159,6 +159,7 @@ class Flow:
         self._steps = 0
         self._callees: dict[tuple, Optional[Callee]] = {}
         self._instance_aliases: Optional[dict] = None
+        self._base_stores: dict = {}  # (id(method), name) -> (class, attribute) or None
         self._conditions: dict[tuple, tuple] = {}
 
     # ------------------------------------------------------------- reaching definitions
@@ -451,7 +452,10 @@ class Flow:
                         self._instance_aliases.setdefault((method, binding.value.value), (binding.scope.node, key[5:]))
         found = self._instance_aliases.get((owner.node, name))
         if found is None and isinstance(owner.node, cst.FunctionDef):
-            found = self._stored_by_base_method(owner, name)
+            key = (id(owner.node), name)
+            if key not in self._base_stores:
+                self._base_stores[key] = self._stored_by_base_method(owner, name)
+            found = self._base_stores[key]
         return found
 
     def _stored_by_base_method(self, owner: "Scope", name: str) -> Optional[tuple]:
