@@ -10,7 +10,10 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
 * ``Condition(test, holds, scope)`` - one branch test on a path: ``if distributed:`` gives
   ``Condition("distributed", True, <scope>)`` in the body and ``holds=False`` in the
   ``else``; ``not x`` is ``("x", not holds)``. Two conditions are the same test when their
-  text (whitespace-free) and the scope owning its root name are equal.
+  text (whitespace-free) and the scope owning its root name are equal. ``self.x`` is one test in
+  all methods of the class, and so is a method's parameter it stores as ``self.x`` (itself, or
+  through a base class's method it hands the parameter to: ``super().setup(x)``,
+  ``Base.setup(self, x=x)`` whose body does ``self.x = x``).
 * ``Path = tuple[Condition, ...]``; ``consistent(a, b)`` - no test holds in one and fails in
   the other.
 * ``Value(model, expr, conditions, binding)`` - one thing an expression may hold: ``expr``

@@ -38,7 +38,9 @@ class AttributeThroughWrapper(Rule):
     Silent when the code cannot tell what the name holds (a parameter that callers pass
     different things, an unknown library's wrapper or a project subclass with its own
     `__getattr__`), when the wrapper exists only on some paths and those are decided in
-    another file (a factory's `if opt.isTrain:`), when the attribute is assigned on the wrapper in the file
+    another file (a factory's `if opt.isTrain:`; but where the only bare path is this file's own
+    `net.module if n_gpu > 1 else net` of a wrapper the other file always builds, the other path is
+    that wrapper and is flagged), when the attribute is assigned on the wrapper in the file
     (`ddp.epoch = 0`), under the very test that made the wrapper that has the attribute when
     the wrapper lacking it was made under another (`if n_gpu > 1: DataParallel` /
     `elif local_rank != -1: DDP`, then `if step_skips and local_rank != -1: model.no_sync()`:
