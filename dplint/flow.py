@@ -10,7 +10,10 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
 * ``Condition(test, holds, scope)`` - one branch test on a path: ``if distributed:`` gives
   ``Condition("distributed", True, <scope>)`` in the body and ``holds=False`` in the
   ``else``; ``not x`` is ``("x", not holds)``. Two conditions are the same test when their
-  text (whitespace-free) and the scope owning its root name are equal.
+  text (whitespace-free) and the scope owning its root name are equal. ``self.x`` is one test in
+  all methods of the class, and so is a method's parameter it stores as ``self.x`` (itself, or
+  through a base class's method it hands the parameter to: ``super().setup(x)``,
+  ``Base.setup(self, x=x)`` whose body does ``self.x = x``).
 * ``Path = tuple[Condition, ...]``; ``consistent(a, b)`` - no test holds in one and fails in
   the other.
 * ``Value(model, expr, conditions, binding)`` - one thing an expression may hold: ``expr``
@@ -159,6 +162,7 @@ class Flow:
         self._steps = 0
         self._callees: dict[tuple, Optional[Callee]] = {}
         self._instance_aliases: Optional[dict] = None
+        self._base_stores: dict = {}  # (id(method), name) -> (class, attribute) or None
         self._conditions: dict[tuple, tuple] = {}
         self._inlining: set = set()  # calls whose predicate body is being looked up
 
@@ -492,7 +496,67 @@ class Flow:
                     if isinstance(binding.value, cst.Name):
                         method = next((a for a in self.model.ancestors(binding.node) if isinstance(a, cst.FunctionDef)), None)
                         self._instance_aliases.setdefault((method, binding.value.value), (binding.scope.node, key[5:]))
-        return self._instance_aliases.get((owner.node, name))
+        found = self._instance_aliases.get((owner.node, name))
+        if found is None and isinstance(owner.node, cst.FunctionDef):
+            key = (id(owner.node), name)
+            if key not in self._base_stores:
+                self._base_stores[key] = self._stored_by_base_method(owner, name)
+            found = self._base_stores[key]
+        return found
+
+    def _stored_by_base_method(self, owner: "Scope", name: str) -> Optional[tuple]:
+        """(class, attribute) when method `owner` hands its local `name` to a base class's method
+        (`super().setup(use_gpu)`, `Base.setup(self, use_gpu=use_gpu)`) whose body stores that
+        parameter as `self.attribute` outright: the subclass's `self.attribute` is then `name`."""
+        class_node = owner.class_scope.node
+        self_name = _instance_parameter(self.model, owner)
+        for call in _calls_in(owner.node):
+            if not any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args):
+                continue
+            found = self._base_method(class_node, call, self_name)
+            if found is None:
+                continue
+            base_model, method, bound = found
+            for param in (*method.params.posonly_params, *method.params.params, *method.params.kwonly_params):
+                passed = self.parameter_argument(call, method, param.name.value, bound)
+                if isinstance(passed, cst.Name) and passed.value == name:
+                    attribute = _stores_parameter(method, param.name.value)
+                    if attribute is not None:
+                        return class_node, attribute
+        return None
+
+    def _base_method(self, class_node: cst.ClassDef, call: cst.Call, self_name: Optional[str]) -> Optional[tuple]:
+        """(model, method, bound) of the base class method `call` runs: `super().m(...)`,
+        `super(Cls, self).m(...)` (bound) or `Base.m(self, ...)` (self passed explicitly)."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or self_name is None:
+            return None
+        if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
+            bases, bound = class_node.bases, True
+        elif isinstance(func.value, cst.Name) and call.args and isinstance(call.args[0].value, cst.Name) \
+                and call.args[0].value.value == self_name and call.args[0].keyword is None:
+            bases = [base for base in class_node.bases if isinstance(base.value, cst.Name) and base.value.value == func.value.value]
+            bound = False
+        else:
+            return None
+        for base in bases:
+            found = self._class_named(base.value)
+            if found is not None:
+                method = class_method(found[1], func.attr.value)
+                if method is not None and not _is_static(method):
+                    return found[0], method, bound
+        return None
+
+    def _class_named(self, expr: cst.BaseExpression) -> Optional[tuple]:
+        """(model, ClassDef) of a base class named in this file or imported from the project."""
+        if not isinstance(expr, cst.Name):
+            return None
+        if expr.value in self.model.classes:
+            return self.model, self.model.classes[expr.value]
+        resolved = self.resolve_import(expr.value)
+        if resolved is not None and isinstance(resolved[1], cst.ClassDef):
+            return resolved
+        return None
 
     # ------------------------------------------------------------------------ values
     def values_at(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None,
@@ -934,6 +998,47 @@ class Flow:
 
 
 # --------------------------------------------------------------------------- helpers
+def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls a function's own body makes (not those of nested functions or classes)."""
+    found: list[cst.Call] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_FunctionDef(self, node) -> bool:
+            return node is function
+
+        def visit_ClassDef(self, node) -> bool:
+            return False
+
+        def visit_Lambda(self, node) -> bool:
+            return False
+
+        def visit_Call(self, node) -> None:
+            found.append(node)
+
+    function.visit(Collect())
+    return found
+
+
+def _stores_parameter(method: cst.FunctionDef, param: str) -> Optional[str]:
+    """The attribute a method stores its parameter in outright (`self.x = param`, a statement
+    of its body, not under a branch); None when it does not."""
+    positional = [*method.params.posonly_params, *method.params.params]
+    if not positional or not isinstance(method.body, cst.IndentedBlock):
+        return None
+    self_name = positional[0].name.value
+    for statement in method.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.Assign) or not isinstance(small.value, cst.Name) or small.value.value != param:
+                continue
+            for target in small.targets:
+                t = target.target
+                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == self_name:
+                    return t.attr.value
+    return None
+
+
 def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Optional[bool]:
     from dplint.semantic import literal_value
 

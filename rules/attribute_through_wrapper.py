@@ -19,6 +19,7 @@ from dplint.wrappers import (
     wrapper_paths,
     wrapping_model,
 )
+from dplint.wrappers import conditions_at, feasible
 
 
 class AttributeThroughWrapper(Rule):
@@ -37,7 +38,9 @@ class AttributeThroughWrapper(Rule):
     Silent when the code cannot tell what the name holds (a parameter that callers pass
     different things, an unknown library's wrapper or a project subclass with its own
     `__getattr__`), when the wrapper exists only on some paths and those are decided in
-    another file (a factory's `if opt.isTrain:`), when the attribute is assigned on the wrapper in the file
+    another file (a factory's `if opt.isTrain:`; but where the only bare path is this file's own
+    `net.module if n_gpu > 1 else net` of a wrapper the other file always builds, the other path is
+    that wrapper and is flagged), when the attribute is assigned on the wrapper in the file
     (`ddp.epoch = 0`), under the very test that made the wrapper that has the attribute when
     the wrapper lacking it was made under another (`if n_gpu > 1: DataParallel` /
     `elif local_rank != -1: DDP`, then `if step_skips and local_rank != -1: model.no_sync()`:
@@ -137,9 +140,12 @@ class AttributeThroughWrapper(Rule):
             wrappings = [w for w in wrappings if not wrapper_has(w.kind, attribute) and not wraps_optimizer(model, w)]
             if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
                 continue
-            if bare and not any(wrapping_model(model, w) is model for w in wrappings):
+            if bare and not any(wrapping_model(model, w) is model for w in wrappings) \
+                    and not bare_only_where_unwrapped(model, base, node):
                 # Wrapped only on some paths, decided in another file (`if opt.isTrain:` in a
-                # factory): the caller's configuration usually settles it; say nothing.
+                # factory): the caller's configuration usually settles it; say nothing. Unless
+                # the bare paths are this file's own `net.module` (`base = net.module if
+                # n_gpu > 1 else net`): then the other path is the wrapper itself.
                 continue
             if tied_to_a_wrapper_having(model, base, node, attribute):
                 continue  # `if local_rank != -1: model.no_sync()`, the test that made the DDP
@@ -173,6 +179,24 @@ def wraps_optimizer(model: SemanticModel, wrapping) -> bool:
             if name.startswith("torch.optim."):
                 return True
     return False
+
+
+def bare_only_where_unwrapped(model: SemanticModel, base: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """Every feasible value of `base` at `at` that is not a wrapper is a `.module` this file reads
+    off one (`base = net.module if n_gpu > 1 else net`): where it is not unwrapped here, it is the
+    wrapper the other file built, whatever that file decided."""
+    unwrapped = 0
+    here = conditions_at(model, at)
+    for value in model.flow.values_at(base, at):
+        if not feasible((*value.conditions, *here)):
+            continue
+        if value.known and any(w.call is value.expr for w in value.model.wrappings):
+            continue
+        if not (value.known and value.model is model and isinstance(value.expr, cst.Attribute)
+                and value.expr.attr.value == "module"):
+            return False
+        unwrapped += 1
+    return unwrapped > 0
 
 
 def _assigned_attributes(model: SemanticModel) -> set[tuple[str, str]]:

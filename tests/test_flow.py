@@ -431,3 +431,82 @@ def test_a_one_line_predicate_is_the_test_it_returns():
     inlined, spelled = model.flow.condition(first.test), model.flow.condition(second.test)
     assert inlined.test == "isinstance(model,DDP)"
     assert (inlined.test, inlined.holds) == (spelled.test, spelled.holds)
+
+
+def _if_tests(model: SemanticModel) -> list[cst.BaseExpression]:
+    found = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_If(self, node: cst.If) -> None:
+            found.append(node.test)
+
+    model.module.visit(Collect())
+    return found
+
+
+BASE_RUNNER = """
+    class Runner:
+        def setup(self, on_gpu=True):
+            self.on_gpu = on_gpu
+
+
+    class Lazy:
+        def setup(self, on_gpu=True):
+            if on_gpu:
+                self.on_gpu = on_gpu
+"""
+
+
+def test_a_parameter_a_base_class_method_stores_on_self_is_that_self_attribute():
+    # `Runner.setup(self, on_gpu=on_gpu)` / `super().setup(on_gpu)` store the parameter as
+    # `self.on_gpu`: `if on_gpu:` in the subclass's method and `if self.on_gpu:` in another
+    # of its methods are one test.
+    project = FakeProject(
+        base=BASE_RUNNER,
+        scorer="""
+        from base import Runner, Lazy
+
+
+        class Explicit(Runner):
+            def setup(self, on_gpu=True):
+                Runner.setup(self, on_gpu=on_gpu)
+                if on_gpu:
+                    pass
+
+            def save(self):
+                if self.on_gpu:
+                    pass
+
+
+        class ThroughSuper(Runner):
+            def setup(self, on_gpu=True, many=False):
+                super().setup(on_gpu)
+                if on_gpu:
+                    pass
+                if many:
+                    pass
+
+            def save(self):
+                if self.on_gpu:
+                    pass
+
+
+        class StoredUnderABranch(Lazy):
+            def setup(self, on_gpu=True):
+                super().setup(on_gpu)
+                if on_gpu:
+                    pass
+
+            def save(self):
+                if self.on_gpu:
+                    pass
+        """,
+    )
+    model = project.models["scorer"]
+    tests = [model.flow.condition(test) for test in _if_tests(model)]
+    explicit_local, explicit_self, super_local, super_many, super_self, lazy_local, lazy_self = tests
+    assert explicit_local == explicit_self
+    assert super_local == super_self
+    assert super_many != super_self
+    assert explicit_self != super_self  # one test per class
+    assert lazy_local != lazy_self  # the base stores it only on some paths: not the same test
