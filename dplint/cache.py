@@ -135,11 +135,17 @@ class Cache:
             return None  # a project file it read (an imported helper) changed: its findings may have too
         try:
             findings = [finding_from_dict(f) for f in result["findings"]]
+            elsewhere = [f.get("elsewhere") for f in result["findings"]]
             facts = result.get("facts") or {}
         except (KeyError, TypeError, ValueError, AttributeError):
             return None  # an entry from a damaged cache file: lint again
-        for finding in findings:
-            finding.filename = path  # as named in this run (`.` vs an absolute path)
+        for finding, other in zip(findings, elsewhere):
+            # as named in this run (`.` vs an absolute path); a finding this file's analysis
+            # placed in a file it imports from keeps that file
+            if isinstance(other, str):
+                finding.filename = other if os.path.isabs(path) else os.path.relpath(other)
+            else:
+                finding.filename = path
         return FileReport(path, findings, facts=facts, dependencies=result.get("deps") or {})
 
     def put(self, path: str, content: str, rules: str, report: "FileReport") -> None:
@@ -147,7 +153,7 @@ class Cache:
         entry = self._read(absolute)
         results = dict(entry["results"]) if entry is not None and entry.get("hash") == content else {}
         results.pop(rules, None)
-        results[rules] = {"findings": [finding_to_dict(f) for f in report.findings], "facts": report.facts,
+        results[rules] = {"findings": [_stored(f, absolute) for f in report.findings], "facts": report.facts,
                           "deps": report.dependencies}
         while len(results) > MAX_RULE_SETS:  # the oldest rule set goes (dicts keep insertion order)
             del results[next(iter(results))]
@@ -234,3 +240,13 @@ def _remove_oldest(entries: list, count: int) -> None:
             os.unlink(entry.path)
         except OSError:
             pass
+
+
+def _stored(finding, linted: str) -> dict:
+    """A finding as the cache keeps it: with the absolute path of the file it is in when that
+    is not the linted file (the analysis of one file may report in a file it imports from)."""
+    data = finding_to_dict(finding)
+    other = os.path.abspath(finding.filename)
+    if other != linted:
+        data["elsewhere"] = other
+    return data

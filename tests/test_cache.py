@@ -165,3 +165,17 @@ def test_concurrent_runs_with_other_settings_share_the_cache(tree, tmp_path):
             output, _ = process.communicate(timeout=300)
             assert output == expected[select], select
     assert not list(cache.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("project", ["unguarded-rank-save/project_helper_in_another_file",
+                                     "strip-module/project_reload_through_helper"])
+def test_a_finding_placed_in_another_file_stays_there_when_served_from_the_cache(tmp_path, project):
+    """The analysis of one file may report in a file it imports from; the cached result of the
+    first file must name the second, as the cold run did."""
+    folder = tmp_path / "project"
+    shutil.copytree(FIXTURES / project, folder)
+    (folder / "expected.txt").unlink()
+    cold = run(folder, tmp_path / "cache")
+    warm = run(folder, tmp_path / "cache")
+    placed = lambda report: sorted((f.filename, f.code, f.location.row) for f in report.findings)
+    assert placed(cold) and placed(warm) == placed(cold)
