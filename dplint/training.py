@@ -580,6 +580,12 @@ def _direct_calls(model: SemanticModel, roots: list[cst.BaseExpression]) -> Iter
             yield value
 
 
+def peel_backward_root(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """What a back-propagated value is, through names, `scaler.scale(...)`, reductions and
+    `/ steps`: usually a loss call or a model's output."""
+    return _peel_root(model, expr)
+
+
 def _peel_root(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
     for _ in range(8):
         expr = _value_or_unpacked(model, expr)  # names resolve where they are read, not at the backward

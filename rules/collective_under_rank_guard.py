@@ -20,6 +20,7 @@ from dplint.distributed import (
 )
 from dplint.rule import Example, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
+from dplint.training import backprops, is_loss_call, loss_inputs, peel_backward_root
 
 # torch.distributed's collectives (torch 2.13): every rank of the group must call them.
 COLLECTIVES = frozenset(
@@ -68,9 +69,15 @@ class CollectiveUnderRankGuard(Rule):
 
     Silent under tests every rank answers alike: whether the job is distributed
     (`local_rank != -1`, `rank >= 0`), its world size, whether the group is initialised; for early exits
-    on anything that is not a rank (a local flag); for calls of other files. A DDP
-    forward/backward under a rank guard is not judged here (an evaluation forward on rank 0
-    alone does not hang on torch 2.13).
+    on anything that is not a rank (a local flag); for calls of other files.
+
+    A `backward()` of a loss computed from a DistributedDataParallel's forward (the model is a
+    DDP on every path) is a collective too: DDP's backward all-reduces the gradients with every
+    rank. It is flagged under a rank guard the same way, except inside `with ddp.no_sync():`.
+    A forward alone (evaluation on rank 0 under `torch.no_grad()`) is not: on torch 2.13 it does
+    not wait for the other ranks (checked with gloo, also with BatchNorm buffers), while rank 0
+    alone running forward and backward failed with `Timed out waiting ... for send operation to
+    complete`.
 
     ## Why is this bad?
     A collective returns only when every rank of the process group has entered it. The ranks
@@ -107,6 +114,7 @@ class CollectiveUnderRankGuard(Rule):
         ("distributed", "barrier"), ("distributed", "all_reduce"), ("distributed", "all_gather"),
         ("distributed", "broadcast"), ("distributed", "reduce"), ("distributed", "gather"),
         ("distributed", "scatter"), ("distributed", "all_to_all"),
+        ("DistributedDataParallel", "backward"),  # DDP's backward all-reduces
     )
 
     VALID = (
@@ -147,6 +155,15 @@ class CollectiveUnderRankGuard(Rule):
             "        return\n"
             "    dist.barrier()\n",
         ),
+        # DDP's backward all-reduces the gradients: a collective of every rank.
+        Example(
+            "import torch.distributed as dist\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "model = DDP(net)\n"
+            "if dist.get_rank() == 0:\n"
+            "    loss = model(batch).sum()\n"
+            "    loss.backward()\n",
+        ),
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
@@ -175,6 +192,56 @@ class CollectiveUnderRankGuard(Rule):
                     f"until the process group's timeout; call it on every rank, outside the guard"
                 ),
             )
+        yield from self._guarded_ddp_backwards(model)
+
+    @staticmethod
+    def _guarded_ddp_backwards(model: SemanticModel) -> Iterator[Violation]:
+        """A backward of a DistributedDataParallel forward that only some ranks run: DDP's
+        backward all-reduces the gradients, a collective of every rank."""
+        if not any(w.kind == "DDP" for w in model.wrappings):
+            return
+        for backprop in backprops(model):
+            node = backprop.site.node
+            forward = next((f for f in (_ddp_forward(model, root) for root in backprop.roots) if f is not None), None)
+            if forward is None or _inside_no_sync(model, node):
+                continue
+            route = some_ranks_route(model, node)
+            if route is None:
+                continue
+            yield Violation(
+                node=node,
+                message=(
+                    f"this backward runs through the DistributedDataParallel forward at line "
+                    f"{model.position(forward)[0].line}, and DDP's backward all-reduces the gradients with "
+                    "every rank, but only the ranks that pass the rank guard around it run it: the others never "
+                    "join, so the job hangs until the process group's timeout (gloo: `Timed out waiting ... for "
+                    "send operation to complete`); run the training step on every rank and guard only what "
+                    "one rank must do (logging, saving)"
+                ),
+            )
+
+
+def _ddp_forward(model: SemanticModel, root) -> Optional[cst.Call]:
+    """The call of a DistributedDataParallel (on every path) a back-propagated value comes
+    from: `ddp(x).sum()`, or a loss computed on its output (`criterion(ddp(x), y)`)."""
+    value = peel_backward_root(model, root)
+    candidates = [value]
+    if isinstance(value, cst.Call) and is_loss_call(model, value):
+        candidates = [peel_backward_root(model, arg) for arg in loss_inputs(model, value)]
+    for candidate in candidates:
+        if isinstance(candidate, cst.Call) and model.flow.wrapped_on_every_path(candidate.func, candidate):
+            wrapping = model.flow.wrapped_on_some_path(candidate.func, candidate)
+            if wrapping is not None and wrapping.kind == "DDP":
+                return candidate
+    return None
+
+
+def _inside_no_sync(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """Inside `with ddp.no_sync():` the backward does not all-reduce."""
+    return any(
+        isinstance(ancestor, cst.With) and "no_sync" in model.code(ancestor.items[0].item)
+        for ancestor in model.ancestors(node)
+    )
 
 
 def _paired(model: SemanticModel, node: cst.Call, siblings: list) -> bool:
