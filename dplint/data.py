@@ -19,6 +19,7 @@ from dplint.semantic import (
     peel_self_returning,
     static_truth,
 )
+from dplint.distributed import enclosing_function
 from dplint.flow import consistent
 from dplint.training import backprops
 
@@ -126,17 +127,17 @@ def kwargs_entries(model: SemanticModel, call: cst.Call, key: str) -> list[tuple
     Empty when the entry may be removed (`kw.pop("shuffle")`, `del kw["shuffle"]`)."""
     found = []
     flow = model.flow
+    function = enclosing_function(model, call)
     for arg in call.args:
         if arg.star != "**" or not isinstance(arg.value, cst.Name):
             continue
         name = arg.value.value
         for value in flow.values_at(arg.value, call):
             found += [(entry, value.expr, value.conditions) for entry in _dict_entries(value.expr, key)]
-        function = _function_of(model, call)
         for site in model.calls:
             method = site.node.func
             if not (isinstance(method, cst.Attribute) and isinstance(method.value, cst.Name) and method.value.value == name
-                    and _function_of(model, site.node) is function and model.order(site.node) < model.order(call)):
+                    and enclosing_function(model, site.node) is function and model.order(site.node) < model.order(call)):
                 continue
             if method.attr.value in ("pop", "clear", "popitem"):
                 return []
@@ -149,9 +150,8 @@ def kwargs_entries(model: SemanticModel, call: cst.Call, key: str) -> list[tuple
                 elif merged.keyword is None and not merged.star:
                     for value in flow.values_at(merged.value, site.node):
                         found += [(entry, value.expr, (*here, *value.conditions)) for entry in _dict_entries(value.expr, key)]
-    for node in model.nodes():
-        if isinstance(node, cst.Del) and key in model.code(node):
-            return []
+    if found and any(isinstance(node, cst.Del) and key in model.code(node) for node in model.nodes()):
+        return []  # the walk only where an entry was found: most `**kwargs` carry none
     return found
 
 
@@ -160,14 +160,10 @@ def _dict_entries(expr, key: str) -> list[cst.BaseExpression]:
     if isinstance(expr, cst.Dict):
         return [element.value for element in expr.elements
                 if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString)
-                and element.key.value.strip("'\"") == key]
+                and literal_value(element.key) == key]
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "dict":
         return [arg.value for arg in expr.args if arg.keyword is not None and arg.keyword.value == key]
     return []
-
-
-def _function_of(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-    return next((a for a in model.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
 
 
 def is_distributed_sampler(model: SemanticModel, call: Optional[cst.Call]) -> bool:

@@ -88,28 +88,19 @@ def is_multi_process(model: SemanticModel) -> bool:
     launcher (torchrun, `torch.distributed.launch`, deepspeed) hands every process.
     A file whose every process group is `init_process_group(..., world_size=1)` is one process
     (the old one-process DDP over several GPUs), unless a launcher's rank says otherwise."""
-    if _one_process_group_of_one(model):
-        return _reads_launcher_rank(model)
-    if any(wrapping.kind == "DDP" for wrapping in model.wrappings):
+    if any(site.qualified_name in MULTI_PROCESS_CLASSES for site in model.calls):
         return True
-    for site in model.calls:
-        if starts_process_group(model, site.node) or site.qualified_name in MULTI_PROCESS_CLASSES:
-            return True
-    return _reads_launcher_rank(model)
-
-
-def _one_process_group_of_one(model: SemanticModel) -> bool:
-    """Every process group the file starts is `init_process_group(..., world_size=1)`, and it
-    builds no DistributedSampler (which would mean several processes)."""
     starts = [site.node for site in model.calls if starts_process_group(model, site.node)]
-    if not starts or any(site.qualified_name in MULTI_PROCESS_CLASSES for site in model.calls):
-        return False
-    return all(is_group_of_one(call) for call in starts)
+    if starts and all(is_group_of_one(call) for call in starts):
+        return _reads_launcher_rank(model)  # one process over every GPU: a DDP here is no sign
+    if starts or any(wrapping.kind == "DDP" for wrapping in model.wrappings):
+        return True
+    return _reads_launcher_rank(model)
 
 
 def is_group_of_one(call: cst.Call) -> bool:
     """`init_process_group(..., world_size=1)`: a process group of exactly one process."""
-    size = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "world_size"), None)
+    size = argument(call, None, "world_size")
     return isinstance(size, cst.Integer) and size.value == "1"
 
 

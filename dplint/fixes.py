@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from dplint.rule import Edit, EditKind
-from dplint.semantic import SemanticModel
+from dplint.semantic import SemanticModel, is_docstring
 
 
 def without_argument(args: Sequence[cst.Arg], removed: cst.Arg) -> list[cst.Arg]:
@@ -54,15 +54,6 @@ def ensure_import(model: SemanticModel, module: str, name: str, used_at: cst.CST
 
 def _first_code_statement(module: cst.Module) -> Optional[cst.CSTNode]:
     for statement in module.body:
-        if not _is_docstring(statement):
+        if not is_docstring(statement):
             return statement
     return None
-
-
-def _is_docstring(statement: cst.CSTNode) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )

@@ -218,15 +218,11 @@ class Flow:
                 continue
             left = self._exit_state(owner, key, other)
             if left is None:  # it always returns: any of its bindings may be what stays
-                left = [(b, self._branch_conditions(b.node)) for b in elsewhere if _enclosing_function(self.model, b.node) is other]
+                left = [(b, self.branch_conditions(b.node)) for b in elsewhere if _enclosing_function(self.model, b.node) is other]
             initial.extend(entry for entry in left if entry not in initial)
         return self._reaching_in(owner, key, at, method, initial)
 
     def branch_conditions(self, node: cst.CSTNode) -> Path:
-        """The `if` tests around a node inside its own function (outermost first)."""
-        return self._branch_conditions(node)
-
-    def _branch_conditions(self, node: cst.CSTNode) -> Path:
         """The `if` tests around a node inside its own function (outermost first)."""
         found = []
         child = node
@@ -441,17 +437,19 @@ class Flow:
             callee = self.callee(call)
         finally:
             self._inlining.discard(call)
-        function = getattr(callee, "node", None)
-        if callee is None or getattr(callee, "bound", False) or not isinstance(function, cst.FunctionDef):
+        if callee is None or callee.bound or not isinstance(callee.node, cst.FunctionDef):
             return None
-        body = [statement for statement in function.body.body
-                if not (isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr)
-                        and isinstance(statement.body[0].value, cst.SimpleString))]  # a docstring
+        from dplint.semantic import is_docstring  # semantic imports this module
+
+        function = callee.node
+        body = list(function.body.body)
+        if body and is_docstring(body[0]):
+            body = body[1:]
         if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
             return None
         returned = body[0].body[0]
         params = function.params
-        if not isinstance(returned, cst.Return) or returned.value is None or params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) \
+        if not isinstance(returned, cst.Return) or returned.value is None or isinstance(params.star_arg, cst.Param) \
                 or params.star_kwarg is not None or params.kwonly_params or len(params.params) != len(call.args):
             return None
         text = _SPACE.sub("", callee.model.code(returned.value))

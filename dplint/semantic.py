@@ -507,6 +507,16 @@ def _possible_values(expr: Optional[cst.BaseExpression]) -> list[cst.BaseExpress
     return [expr] if expr is not None else []
 
 
+def is_docstring(statement: cst.CSTNode) -> bool:
+    """A statement that is only a string: a module's, class's or function's docstring when first."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
 def literal_value(expr: Optional[cst.CSTNode]):
     """The Python value of a simple literal (str, number, True/False/None); raises ValueError otherwise."""
     if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):

@@ -229,10 +229,12 @@ def _ddp_forward(model: SemanticModel, root) -> Optional[cst.Call]:
     if isinstance(value, cst.Call) and is_loss_call(model, value):
         candidates = [peel_backward_root(model, arg) for arg in loss_inputs(model, value)]
     for candidate in candidates:
-        if isinstance(candidate, cst.Call) and model.flow.wrapped_on_every_path(candidate.func, candidate):
-            wrapping = model.flow.wrapped_on_some_path(candidate.func, candidate)
-            if wrapping is not None and wrapping.kind == "DDP":
-                return candidate
+        if not isinstance(candidate, cst.Call):
+            continue
+        found = [wrapping for wrapping, _ in model.flow.wrappings_at(candidate.func, candidate)]
+        # a wrapper on every path, the first one a DDP (as `wrapped_on_some_path` would say)
+        if found and None not in found and found[0].kind == "DDP":
+            return candidate
     return None
 
 

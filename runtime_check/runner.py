@@ -403,25 +403,26 @@ class Batch:
                 if all(len(ended) >= expected for ended in ends):
                     all_ended = True
                     break  # every variant ended on every rank: what is left is the process's exit
-                silent_for = now - last_event[current]
                 silent = sorted(set(range(expected)) - ends[current])
-                if ends[current] and silent and silent_for > QUICK_LOOK and asked_at != current:
-                    # a first look: a rank whose stack is only the script's `main()` call, in native
-                    # code, has returned from it and waits in a destructor: it will not go on
-                    asked_at = current
-                    self.ask_for_stacks(current, silent)
-                    returned = all(self.returned_from_main(current, rank) for rank in silent)
-                else:
+                if ends[current] and silent:
+                    silent_for = now - last_event[current]
                     returned = False
-                if ends[current] and silent and (returned or silent_for > self.options.straggler_grace):
-                    # the others ended this variant and the rest went silent: torch's teardown of
-                    # what the script's main freed (a DDP, a destroyed process group) can wait
-                    # forever on a peer that is waiting for the next variant
-                    straggled_at = current
-                    self.ask_for_stacks(current, silent)
-                    progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: rank(s) "
-                             f"{sorted(set(range(expected)) - ends[current])} stuck after the others ended: restarting")
-                    break
+                    if silent_for > QUICK_LOOK and asked_at != current:
+                        # a first look: a rank whose stack is only the script's `main()` call, in
+                        # native code, has returned from it and waits in a destructor: it will not go on
+                        asked_at = current
+                        self.ask_for_stacks(current, silent)
+                        returned = all(self.returned_from_main(current, rank) for rank in silent)
+                    if returned or silent_for > self.options.straggler_grace:
+                        # the others ended this variant and the rest went silent: torch's teardown
+                        # of what the script's main freed (a DDP, a destroyed process group) can
+                        # wait forever on a peer that is waiting for the next variant
+                        straggled_at = current
+                        if not returned:  # the stack of the first look is old by now
+                            self.ask_for_stacks(current, silent)
+                        progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: rank(s) "
+                                 f"{silent} stuck after the others ended: restarting")
+                        break
                 if now - current_since > self.options.timeout:
                     timed_out_at = current
                     progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: "
@@ -471,8 +472,10 @@ class Batch:
         time.sleep(0.5)  # faulthandler writes from its signal handler, at once
 
     def returned_from_main(self, index: int, rank: int) -> bool:
-        where = hung_in(stacks_path(self.plan_path, rank), self.scripts[index]) or ""
-        return where.startswith("native code (no Python frame) under <module>")
+        """Only the script's module-level frame is left: the function it called has returned
+        and the rank waits in native code (the destructors of what that function freed)."""
+        frames = latest_frames(stacks_path(self.plan_path, rank))
+        return bool(frames) and _is_script(frames[0], self.scripts[index]) and frames[0]["function"] == "<module>"
 
     def kill(self) -> None:
         """Kill the batch's process group, the groups its ranks made (torchrun starts each rank
@@ -495,18 +498,26 @@ class Batch:
 FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>.+)$')
 
 
-def hung_in(stacks: str, script: str) -> Optional[str]:
-    """Where a rank was stuck, from the stack it wrote on SIGUSR1: the innermost frame of the
-    script or of torch ("__del__ (train.py:25)", "destroy_process_group (torch/distributed/...)")."""
+def latest_frames(stacks: str) -> list:
+    """The frames (most recent call first) of the last stack a rank wrote on SIGUSR1."""
     try:
         with open(stacks, encoding="utf-8", errors="replace") as handle:
             dumps = handle.read().split("(most recent call first):")
     except OSError:
-        return None
-    frames = [match for match in map(FRAME.match, dumps[-1].splitlines()) if match]  # the latest dump
-    for depth, frame in enumerate(frames):  # most recent call first
+        return []
+    return [match for match in map(FRAME.match, dumps[-1].splitlines()) if match]
+
+
+def _is_script(frame, script: str) -> bool:
+    return os.path.basename(frame["path"]) == os.path.basename(script)
+
+
+def hung_in(stacks: str, script: str) -> Optional[str]:
+    """Where a rank was stuck, from the stack it wrote on SIGUSR1: the innermost frame of the
+    script or of torch ("__del__ (train.py:25)", "destroy_process_group (torch/distributed/...)")."""
+    for depth, frame in enumerate(latest_frames(stacks)):  # most recent call first
         path = frame["path"]
-        if os.path.basename(path) == os.path.basename(script):
+        if _is_script(frame, script):
             where = f"{frame['function']} ({os.path.basename(path)}:{frame['line']})"
             # nothing above the script's frame: its line is waiting in native code (a C++
             # destructor of what a returning function freed, say), not in Python
