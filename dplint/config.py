@@ -65,7 +65,7 @@ class Settings:
 
         settings = self if path is None else self.for_path(path)
         ignore = list(settings.ignore)
-        if path is not None:
+        if path is not None and settings.per_file_ignores:
             relative = _relative(path, settings.root)
             for pattern, selectors in settings.per_file_ignores:
                 if _glob_match(relative, pattern):

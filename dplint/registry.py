@@ -10,6 +10,7 @@ import functools
 import importlib
 import os
 import pkgutil
+import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -66,33 +67,58 @@ def rule_catalog() -> tuple[RuleEntry, ...]:
     return tuple(sorted(entries, key=lambda entry: entry.code))
 
 
+_CLASS_LINE = re.compile(r"^class \w+\((?P<bases>[^)]*)\):", re.MULTILINE)
+_CLASS_BODY_END = re.compile(r"^(?:    (?:def |@)|\S)", re.MULTILINE)
+
+
 def _literal_entries(path: str) -> list[RuleEntry] | None:
-    """The rules a module defines, if their `code`, `name` and `tokens` are literals in the class body."""
+    """The rules a module defines, if their `code`, `name` and `tokens` are literals in the class body.
+
+    Only each class's opening (its lines up to the first method or decorator) is parsed:
+    parsing whole rule modules cost a warm run 0.04 s.
+    """
     try:
         with open(path, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-    except (OSError, SyntaxError, ValueError):
+            text = handle.read()
+    except (OSError, ValueError):
         return None
     entries = []
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        values = {}
-        for statement in node.body:
-            if isinstance(statement, (ast.Assign, ast.AnnAssign)):
-                targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-                for target in targets:
-                    if isinstance(target, ast.Name) and target.id in ("code", "name", "tokens"):
-                        try:
-                            values[target.id] = ast.literal_eval(statement.value)
-                        except (ValueError, TypeError, SyntaxError):
-                            return None
-        if "code" not in values:
-            continue  # a helper class, not a rule
-        if not node.bases or set(values) != {"code", "name", "tokens"}:
-            return None  # inherited attributes: only importing can tell
-        entries.append(RuleEntry(values["code"], values["name"], tuple(values["tokens"])))
+    for header in _CLASS_LINE.finditer(text):
+        body_start = text.find("\n", header.end()) + 1
+        body_end = _CLASS_BODY_END.search(text, body_start)
+        opening = text[header.start() : body_end.start() if body_end else len(text)]
+        try:
+            tree = ast.parse(opening + "\n    pass\n")
+        except SyntaxError:
+            return None
+        found = _rule_entry(tree.body[0])
+        if found is None:
+            return None
+        if found is not _NOT_A_RULE:
+            entries.append(found)
     return entries
+
+
+_NOT_A_RULE = RuleEntry("", "", ())
+
+
+def _rule_entry(node: ast.ClassDef) -> RuleEntry | None:
+    """The class's entry; `_NOT_A_RULE` for a helper class; None when only importing can tell."""
+    values = {}
+    for statement in node.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in ("code", "name", "tokens"):
+                    try:
+                        values[target.id] = ast.literal_eval(statement.value)
+                    except (ValueError, TypeError, SyntaxError):
+                        return None
+    if "code" not in values:
+        return _NOT_A_RULE
+    if not node.bases or set(values) != {"code", "name", "tokens"}:
+        return None  # inherited attributes: only importing can tell
+    return RuleEntry(values["code"], values["name"], tuple(values["tokens"]))
 
 
 def codes_for(selector: str) -> set[str]:
@@ -136,7 +162,12 @@ def selected_codes(
     extend_select: Iterable[str] = (),
 ) -> frozenset[str]:
     """Resolve select / extend-select / ignore into the set of enabled codes (ignore wins)."""
-    if select is None or not list(select):
+    return _selected_codes(tuple(select or ()), tuple(ignore), tuple(extend_select))
+
+
+@functools.lru_cache(maxsize=256)  # asked once per checked file, mostly with the same selectors
+def _selected_codes(select: tuple[str, ...], ignore: tuple[str, ...], extend_select: tuple[str, ...]) -> frozenset[str]:
+    if not select:
         enabled = {rule.code for rule in rule_catalog()}
     else:
         enabled = set().union(*(codes_for(s) for s in select))
