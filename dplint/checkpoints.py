@@ -244,8 +244,16 @@ def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at:
         (wrapping, path)
         for wrapping, path in found
         if _self_consistent(path) and consistent(path, here) and not _narrowed_out(wrapping, path)
+        and not _ddp_without_group(wrapping, here)
     ]
     return found, live
+
+
+def _ddp_without_group(wrapping: Optional[Wrapping], here) -> bool:
+    """A DDP wrapper where `dist.is_initialized()` failed: DDP cannot be built without the group."""
+    return wrapping is not None and wrapping.kind == "DDP" and any(
+        not c.holds and c.test.endswith("is_initialized()") for c in here
+    )
 
 
 # Batch-norm converters return the module they are given, wrapper and all, with its
@@ -704,6 +712,8 @@ def _unwrapped_kinds(model: SemanticModel, at: cst.CSTNode, name: str) -> Option
             if condition.holds:
                 return None
             kinds |= ALL_WRAPPER_KINDS
+        if test.endswith("is_initialized()") and not condition.holds:
+            kinds.add("DDP")  # no process group: not a DDP wrapper
     return frozenset(kinds)
 
 

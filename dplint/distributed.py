@@ -391,6 +391,8 @@ def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Option
         return frozenset((bool(literal_value(test)),))
     except ValueError:
         pass
+    if isinstance(test, cst.Name) and _names_a_definition(model, test.value):
+        return frozenset((True,))  # `not evaluate` with `def evaluate(...)` in the file: always False
     if depth > 0 and isinstance(test, (cst.Name, cst.Attribute)):
         values = _parameter_values(model, test, site) if isinstance(test, cst.Name) else []
         if values:
@@ -401,6 +403,13 @@ def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Option
         if answers and None not in answers:
             return frozenset().union(*answers)
     return None if mentions_rank(model, test) else BOTH
+
+
+def _names_a_definition(model: SemanticModel, name: str) -> bool:
+    """The file binds `name` once, to a top-level function or class (a function is truthy)."""
+    bindings = model.bindings.get(name, ())
+    return len(bindings) == 1 and isinstance(bindings[0].node, (cst.FunctionDef, cst.ClassDef)) \
+        and bindings[0].scope.kind == "module"
 
 
 def _is_main_reference(expr: cst.BaseExpression) -> bool:

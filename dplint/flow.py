@@ -386,14 +386,25 @@ class Flow:
             self._conditions[key] = (test, self._condition(test, holds))  # keeps `test` alive: ids stay unique
         return self._conditions[key][1]
 
-    def _condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
+    def _condition(self, test: cst.BaseExpression, holds: bool = True, aliases: int = 3) -> Condition:
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, holds = test.expression, not holds
+        aliased = self.boolean_alias(test) if aliases and isinstance(test, cst.Name) else None
+        if aliased is not None:
+            # `ddp = True if world_size else False` ... `if ddp:` is the test `world_size`, and
+            # `wrapped = isinstance(m, DDP)` ... `if wrapped` is the isinstance test itself
+            expression, negated = aliased
+            return self._condition(expression, holds != negated, aliases - 1)
         inlined = self._predicate_body(test) if isinstance(test, cst.Call) else None
         if inlined is not None:
             # `is_distributed(model)` with `def is_distributed(m): return isinstance(m, DDP)`
             # is the test `isinstance(model, DDP)` itself, wherever it is spelled either way
             return Condition(inlined, holds, 0)
+        compared = _comparison_text(self.model, test)
+        if compared is not None:
+            # `len(ids) <= 1` is `not len(ids) > 1`; `1 < len(ids)` is `len(ids) > 1`
+            text, negated = compared
+            return Condition(text, holds != negated, 0)
         text = _SPACE.sub("", self.model.code(test))
         parens = len(getattr(test, "lpar", ()))
         if parens and text.startswith("(" * parens) and text.endswith(")" * parens):
@@ -422,6 +433,36 @@ class Flow:
                 return Condition(argument_name + text[len(root.value):], holds, caller_scope)
         return Condition(text, holds, scope)
 
+    def boolean_alias(self, name: cst.Name) -> Optional[tuple[cst.BaseExpression, bool]]:
+        """(test, negated) when `name` is a local of a function bound once, by a plain
+        assignment, to a truth test: `ddp = bool(ws)`, `ddp = True if ws else False`, `ddp = ws`,
+        `wrapped = isinstance(m, DDP)`, `multi = len(ids) > 1`. None otherwise."""
+        owner = self.model.owner_scope(name.value, self.model.scope(name))
+        if owner is None or owner.kind != "function":
+            return None
+        bindings = [b for b in self.model.bindings.get(name.value, ()) if b.scope is owner]
+        if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Assign) or bindings[0].value is None:
+            return None
+        if len(bindings[0].node.targets) != 1 or not isinstance(bindings[0].node.targets[0].target, cst.Name):
+            return None
+        value, negated = bindings[0].value, False
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "bool" \
+                and len(value.args) == 1 and not value.args[0].star:
+            value = value.args[0].value
+        elif isinstance(value, cst.IfExp) and _static(self.model, value.body) is not None \
+                and _static(self.model, value.orelse) is not None:
+            body, orelse = _static(self.model, value.body), _static(self.model, value.orelse)
+            if body == orelse:
+                return None
+            value, negated = value.test, not body
+        if isinstance(value, (cst.Name, cst.Attribute, cst.Comparison)):
+            return value, negated
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("isinstance", "hasattr"):
+            return value, negated
+        if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not):
+            return value, negated
+        return None
+
     def _predicate_body(self, call: cst.Call) -> Optional[str]:
         """The test a one-line predicate of the project runs, with its parameters replaced by
         the call's arguments (names and attributes only): `is_model_distributed(model)` ->
@@ -445,14 +486,21 @@ class Flow:
         body = list(function.body.body)
         if body and is_docstring(body[0]):
             body = body[1:]
-        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
+        if not body or not all(isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in body):
             return None
-        returned = body[0].body[0]
+        returned = body[-1].body[0]
         params = function.params
         if not isinstance(returned, cst.Return) or returned.value is None or isinstance(params.star_arg, cst.Param) \
                 or params.star_kwarg is not None or params.kwonly_params or len(params.params) != len(call.args):
             return None
         text = _SPACE.sub("", callee.model.code(returned.value))
+        # locals set before the return (`kinds = (DP, DDP)`; `return isinstance(m, kinds)`)
+        for line in reversed(body[:-1]):
+            assign = line.body[0]
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+                return None
+            local = assign.targets[0].target.value
+            text = re.sub(rf"\b{re.escape(local)}\b", lambda _: _SPACE.sub("", callee.model.code(assign.value)), text)
         for param, arg in zip(params.params, call.args):
             text = re.sub(rf"\b{re.escape(param.name.value)}\b", _SPACE.sub("", self.model.code(arg.value)), text)
         return text
@@ -631,8 +679,11 @@ class Flow:
         callee = self.callee(call)
         if callee is None or isinstance(callee.node, cst.ClassDef):
             return [Value(self.model, call, path)]
+        # A value's conditions are in the terms of the file that asked for it: a callee of this
+        # file hands back conditions of this file even for a value made in another (a caller's
+        # wrapper, passed in and returned by `unwrap(m)`: `m.module if wrapped else m`).
         return [
-            Value(v.model, v.expr, _join(path, v.conditions) if v.model is self.model else path, v.binding)
+            Value(v.model, v.expr, _join(path, v.conditions) if v.model is self.model or callee.model is self.model else path, v.binding)
             for v in callee.model.flow.returned_values(callee, call, self.model, context, depth - 1)
         ]
 
@@ -1043,8 +1094,12 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
     if isinstance(test, cst.Name) and test.value in ("True", "False"):
         return test.value == "True"
     if isinstance(test, cst.Name):
-        # A constant: a name the file binds once, to a literal (`use_cuda = True`).
+        # A constant: a name the file binds once, to a literal (`use_cuda = True`), or to a
+        # function or class (`not evaluate` with `def evaluate(...)` is always False).
         bindings = model.bindings.get(test.value, ())
+        if len(bindings) == 1 and isinstance(bindings[0].node, (cst.FunctionDef, cst.ClassDef)) \
+                and bindings[0].scope.kind == "module":
+            return True
         if len(bindings) == 1 and bindings[0].value is not None and isinstance(bindings[0].node, cst.Assign):
             test = bindings[0].value
         else:
@@ -1053,6 +1108,26 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
         return bool(literal_value(test))
     except ValueError:
         return None
+
+
+_NEGATED_COMPARISONS = {"<=": ">", ">=": "<", "!=": "==", "isnot": "is", "notin": "in"}
+_MIRRORED_COMPARISONS = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _comparison_text(model: "SemanticModel", test: cst.BaseExpression) -> Optional[tuple[str, bool]]:
+    """(text, negated) of a one-operator comparison in one spelling: `a <= b` is `not a > b`,
+    `1 < n` is `n > 1`, `x is not None` is `not x is None`; None for anything else."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or test.lpar:
+        return None
+    target = test.comparisons[0]
+    left, right = test.left, target.comparator
+    operator = _SPACE.sub("", model.code(target.operator))
+    if isinstance(left, (cst.Integer, cst.Float, cst.SimpleString)) and not isinstance(right, (cst.Integer, cst.Float, cst.SimpleString)) \
+            and operator in _MIRRORED_COMPARISONS:
+        left, right, operator = right, left, _MIRRORED_COMPARISONS[operator]
+    negated = operator in _NEGATED_COMPARISONS
+    operator = _NEGATED_COMPARISONS.get(operator, operator)
+    return _SPACE.sub("", model.code(left)) + operator + _SPACE.sub("", model.code(right)), negated
 
 
 def _is_none(expr) -> bool:

@@ -392,7 +392,15 @@ class Project:
                 return _class_member(model, node, rest)
             return None
         imported = model.imports.get(first)
-        if imported is None or budget <= 0:
+        if budget <= 0:
+            return None
+        if imported is None:
+            # a package's `from .ema import *` re-exports what that module defines
+            for module in (*model.star_imports, *model.relative_star_imports):
+                separator = "" if module.endswith(".") else "."
+                found = self._resolve(module + separator + ".".join(attributes), model, budget - 1)
+                if found is not None:
+                    return found
             return None
         dotted = imported + ("." + ".".join(rest) if rest else "")
         return self._resolve(dotted, model, budget - 1)

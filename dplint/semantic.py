@@ -167,6 +167,7 @@ class SemanticModel:
         # (the other file's SemanticModel, its top-level node) or None; set by the project runner.
         self.project = None
         self.star_imports: list[str] = []  # modules of `from X import *`, in source order
+        self.relative_star_imports: list[str] = []  # `from .ema import *`, in source order
         self.returns: dict[cst.CSTNode, list[cst.Return]] = {}  # function -> its own return statements
         self.generators: set[cst.CSTNode] = set()  # functions whose own body yields
         _Collector(self).collect(module)
@@ -607,6 +608,8 @@ class _Collector(cst.CSTVisitor):
         if isinstance(node.names, cst.ImportStar):
             if not dots:
                 self.model.star_imports.append(base)
+            else:
+                self.model.relative_star_imports.append(base)  # never torch: for the project layer
             return
         if not base:
             return

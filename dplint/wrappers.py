@@ -162,6 +162,15 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
                 in_else = child is ancestor.orelse
             if in_body or in_else:
                 found.extend(_conjuncts(model, ancestor.test, in_body))
+        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+            # `assert not distributed, "..."` earlier in the block: what runs after it has it
+            for statement in ancestor.body:
+                if statement is child:
+                    break
+                if isinstance(statement, cst.SimpleStatementLine):
+                    for small in statement.body:
+                        if isinstance(small, cst.Assert):
+                            found.extend(_conjuncts(model, small.test, True))
         child = ancestor
     del scope
     return tuple(found)
@@ -202,10 +211,15 @@ def narrowed_to_wrapper(model: SemanticModel, name_expr: cst.BaseExpression, nod
     return None
 
 
-def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str) -> Optional[bool]:
+def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str, aliases: int = 3) -> Optional[bool]:
     negate = False
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test, negate = test.expression, not negate
+    aliased = model.flow.boolean_alias(test) if aliases and isinstance(test, cst.Name) else None
+    if aliased is not None:
+        # `wrapped = isinstance(m, DDP)` ... `m.module if wrapped else m`
+        found = _checks_wrapper(model, aliased[0], target, aliases - 1)
+        return None if found is None else found != (negate != aliased[1])
     if isinstance(test, cst.BooleanOperation):
         for side in (test.left, test.right):
             found = _checks_wrapper(model, side, target)

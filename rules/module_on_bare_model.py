@@ -22,6 +22,7 @@ from dplint.wrappers import (
 
 # A test that holds when DeepSpeed runs the model (`if self.deepspeed:`, `args.deepspeed`).
 _DEEPSPEED = re.compile(r"deepspeed", re.IGNORECASE)
+_GROUP_IS_UP = re.compile(r"\bis_initialized\(\)$")
 
 
 class ModuleOnBareModel(Rule):
@@ -46,7 +47,9 @@ class ModuleOnBareModel(Rule):
 
     Silent when the wrapping happens in another file under any other test (a factory whose
     `if training:` the caller's configuration settles), under a test naming DeepSpeed
-    (`if self.deepspeed:`: the object is then DeepSpeed's engine, which has `.module`), when the model is never wrapped in what the analysis can see (a
+    (`if self.deepspeed:`: the object is then DeepSpeed's engine, which has `.module`), under
+    `if dist.is_initialized():` when a path wraps in DDP (the process group that wrap needs is
+    up), after an `assert` that rules the wrapped or bare path out, when the model is never wrapped in what the analysis can see (a
     class of the project may well have its own `module` attribute), and when what the bare path holds is
     unknown (a parameter that different callers fill differently).
 
@@ -154,6 +157,10 @@ class ModuleOnBareModel(Rule):
                 continue  # wrapped in another file under its own configuration test: can't tell
             if any(c.holds and _DEEPSPEED.search(c.test) for c in conditions_at(model, node)):
                 continue  # under DeepSpeed the object is its engine, which has `.module` too
+            if any(w.kind == "DDP" for w in wrappings) and any(
+                c.holds and _GROUP_IS_UP.search(c.test) for c in conditions_at(model, node)
+            ):
+                continue  # `if dist.is_initialized(): m.module`: the process group the DDP wrap needs is up
             target = model.code(base)
             yield Violation(
                 node=node,
