@@ -884,13 +884,28 @@ def _saved_through_helper(model: SemanticModel, call: cst.Call):
 
 def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
     """A cheap test: the argument is a wrapper's construction, or spells a name a wrapper was
-    bound to (`model = DDP(model)`)."""
+    bound to (`model = DDP(model)`), or a name bound to what a project function of another
+    file returns (`self.netG = networks.define_G(...)`: a factory may wrap)."""
     if not model.wrappings:
-        return False
+        return getattr(model, "project", None) is not None and _bound_to_imported_call(model, peel_self_returning(expr))
     expr = peel_self_returning(expr)
     if any(w.call is expr for w in model.wrappings):
         return True
     return model.code(expr) in {w.wrapper_key for w in model.wrappings}
+
+
+def _bound_to_imported_call(model: SemanticModel, expr: cst.BaseExpression) -> bool:
+    if not isinstance(expr, (cst.Name, cst.Attribute)):
+        return False
+    key = model.binding_key(expr, expr)
+    for binding in model.bindings.get(key or "", ()):
+        value = peel_self_returning(binding.value) if binding.value is not None else None
+        if isinstance(value, cst.Call):
+            qualified = model.qualified_name(value.func) or ""
+            root = model.code(value.func).partition(".")[0]
+            if root in model.imports and not qualified.startswith("torch."):
+                return True
+    return False
 
 
 def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: SavedParameter):
@@ -900,8 +915,13 @@ def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: 
     passed = model.flow.parameter_argument(call, function, saved.name, bound)
     if passed is None or passed is _default_of(function, saved.name):
         return
-    if wrapper_state_dict(other, saved.state_dict_call, saved.state_dict_call) is not None:
+    if _checked_for_wrapper_saves(model, other) and wrapper_state_dict(other, saved.state_dict_call, saved.state_dict_call) is not None:
         return  # the helper's own file sees the wrapper (its only caller passes one): reported there
+    if not model.wrappings and path_at(other, saved.state_dict_call):
+        # the wrapper comes from another file's factory and the helper saves under a test
+        # (`if len(self.gpu_ids) > 0: save(net.module...) else: save(net...)`) that may be
+        # the factory's own: the tests cannot be matched across the three files
+        return
     paths = _wrapper_paths(model, passed, call)
     if paths is None:
         held = held_wrapper(model, passed, call)
@@ -914,6 +934,18 @@ def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: 
     path = _helper_path(model, call, other, function, bound, saved)
     state_dict = WrapperStateDict(saved.state_dict_call, passed, wrappings[0], (), False, saved.name, bool(saved.unwrapped))
     yield SavedWrapperStateDict(call, path, saved.keys, state_dict, True, True)
+
+
+def _checked_for_wrapper_saves(model: SemanticModel, other: SemanticModel) -> bool:
+    """Whether a run checks the helper's file `other` for wrapper saves itself: the pre-filter
+    skips a file that (with what it imports) never spells `DataParallel`, such as a base class
+    whose `save_network(net, ...)` saves what a subclass in another file passes."""
+    if other is model or getattr(other, "project", None) is None:
+        return True
+    text = other.code(other.module)
+    closure = other.project.import_closure(other.path, text)
+    searched = "\n".join((text, *closure.values()))
+    return "DataParallel" in searched and "state_dict" in searched
 
 
 def _helper_path(model, call, other, function, bound, saved: SavedParameter) -> CheckpointPath:

@@ -899,9 +899,9 @@ class Flow:
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             scope = model.scope(call)
             if _instance_parameter(model, scope) == func.value.value:
-                method = class_method(scope.class_scope.node, func.attr.value)
-                if method is not None and not _is_static(method):
-                    return Callee(model, method, True)
+                found = self._method_of_class(model, scope.class_scope.node, func.attr.value, local)
+                if found is not None and not _is_static(found[1]):
+                    return Callee(found[0], found[1], True)
                 return None
         if isinstance(func, cst.Attribute) and not local and model.project is not None:
             # `data_utils.build_loader(...)` after `from . import data_utils` / `import data_utils`.
@@ -930,6 +930,31 @@ class Flow:
                     method = class_method(made.node, func.attr.value)
                     if method is not None and not _is_static(method):
                         return Callee(made.model, method, True)
+        return None
+
+    def _method_of_class(self, model: "SemanticModel", class_node: cst.ClassDef, name: str, local: bool,
+                         depth: int = 3) -> Optional[tuple["SemanticModel", cst.FunctionDef]]:
+        """(model, method) that `self.name(...)` runs in `class_node`: its own, else the first
+        base class of the project that defines it (`self.save_network(...)` in a subclass of
+        `BaseModel`)."""
+        method = class_method(class_node, name)
+        if method is not None:
+            return model, method
+        if depth <= 0:
+            return None
+        for base in class_node.bases:
+            if not isinstance(base.value, cst.Name):
+                continue
+            if base.value.value in model.classes:
+                found = (model, model.classes[base.value.value])
+            elif local:
+                continue
+            else:
+                found = model.flow.resolve_import(base.value.value)
+            if found is not None and isinstance(found[1], cst.ClassDef) and found[1] is not class_node:
+                inherited = self._method_of_class(found[0], found[1], name, local, depth - 1)
+                if inherited is not None:
+                    return inherited
         return None
 
     def _made_from_import(self, expr: cst.BaseExpression) -> bool:
