@@ -45,8 +45,9 @@ class StrictFalseLoad(Rule):
     from a fixed URL, also through names and items (`ck = load_state_dict_from_url(
     "https://...")`, then `ck["model"]`): a literal URL, a literal key into a table
     (`model_urls["resnet50"]`), or any key into a table bound only at the file's top level to
-    dict literals whose values are all literal `http(s)://` addresses (`url_map[name]`); their
-    keys are known. A URL the user passes is not fixed, nor a table built in the function. Silent in a model factory's pretrained branch (under
+    dict literals whose values are all literal `http(s)://` addresses (`url_map[name]`; the
+    table may be imported from a project file, or be torchvision's `model_urls`); their keys
+    are known. A URL the user passes is not fixed, nor a table built in the function. Silent in a model factory's pretrained branch (under
     an `if pretrained:` test, or in a function with a `pretrained` parameter, unless the load
     sits under a test of another parameter that the function hands to `torch.load`: `if
     resume_path:` is the caller's checkpoint, or the test looks for the target's own class
@@ -307,9 +308,17 @@ def _through_names_and_items(model: SemanticModel, expr, at):
     return None
 
 
-def _url_table(model: SemanticModel, name: str) -> bool:
+def _url_table(model: SemanticModel, name: str, depth: int = 3) -> bool:
     """`name` is bound at the file's top level, only ever to dict literals whose values are
-    all literal web addresses (`url_map = {"b0": "https://.../b0.pth", ...}`)."""
+    all literal web addresses (`url_map = {"b0": "https://.../b0.pth", ...}`), here or in the
+    project file it is imported from; or it is torchvision's own table (`from
+    torchvision.models.resnet import model_urls`)."""
+    imported = model.imports.get(name)
+    if imported is not None:
+        if imported.startswith("torchvision.") and imported.endswith("model_urls"):
+            return True
+        found = model.project.resolve(imported, model) if model.project is not None and depth > 0 else None
+        return found is not None and _url_table(found[0], imported.rsplit(".", 1)[-1], depth - 1)
     bindings = [b for b in model.bindings.get(name, ()) if b.scope.kind == "module"]
     if not bindings or len(bindings) != len(model.bindings.get(name, ())):
         return False
