@@ -285,6 +285,8 @@ def _from_fixed_published_weights(model: SemanticModel, expr, at) -> bool:
     if name not in WEIGHT_DOWNLOADS and not name.endswith(tuple("." + n for n in _DOWNLOAD_NAMES)) and local not in _DOWNLOAD_NAMES:
         return False
     url = argument(value, 0, "url")
+    if isinstance(url, cst.Name):
+        url = model.value_at(url, value)  # `url = model_urls[arch]` first
     if isinstance(url, (cst.SimpleString, cst.ConcatenatedString)):
         return True
     if not isinstance(url, cst.Subscript) or not isinstance(url.value, cst.Name):
