@@ -18,45 +18,50 @@ class StrictFalseLoad(Rule):
     unexpected keys) is thrown away: the call is a statement of its own, or its result is
     assigned to names that are never read.
 
-    Silent when the code already matches the keys to the model: the state dict is the
-    model's own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it
-    (`{k: v for k, v in sd.items() if k in own}`), or a statement before the load, in the same
-    function, uses both the state dict and the model's `state_dict()` in a set operation on
-    the keys (`missing = set(model.state_dict()) - set(sd)`, a log of `set(own) & set(sd)`,
-    `set(sd).difference(own)`) or a membership test (a log of the keys not in the model), or
-    a loop that fills the state dict looks the model's keys up (`meta = model.state_dict()`
-    ... `for name, t in full.items(): sd[name] = shard(t, meta.get(name))`, or `{k: v for k, v
-    in ckpt.items() if model.state_dict()[k].shape == v.shape}`, where a key the model lacks
-    raises KeyError). Counting is no comparison (`len(model.state_dict()) - len(sd)`), nor is
-    listing only the checkpoint's keys. Silent too when a helper named for keys gets
-    the model and the dict first (`check_keys(model, sd)`), or a function of this file or the
-    project, given the dict, compares it with the model's own keys (`self.check_keys(sd)` whose
-    body takes `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the
-    model's own state dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
-    in ["head.weight"]: ...`) is not a comparison. Silent when the dict holds the target's own
-    tensors: its live `state_dict()`, `named_buffers()` or `named_parameters()`, or a copy
+    Silent when the code already matches the keys to the model: the state dict is the model's
+    own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it (`{k: v for k, v
+    in sd.items() if k in own}`), or a statement before the load, in the same function, uses
+    both the state dict and the model's `state_dict()` in a set operation on the keys (`missing
+    = set(model.state_dict()) - set(sd)`, a log of `set(own) & set(sd)`,
+    `set(sd).difference(own)`) or a membership test (a log of the keys not in the model), or a
+    loop that fills the state dict looks the model's keys up (`meta = model.state_dict()` ...
+    `for name, t in full.items(): sd[name] = shard(t, meta.get(name))`, or `{k: v for k, v in
+    ckpt.items() if model.state_dict()[k].shape == v.shape}`, where a key the model lacks raises
+    KeyError). Counting is no comparison (`len(model.state_dict()) - len(sd)`), nor is listing
+    only the checkpoint's keys. Silent too when a helper named for keys gets the model and the
+    dict first (`check_keys(model, sd)`), or a function of this file or the project, given the
+    dict, compares it with the model's own keys (`self.check_keys(sd)` whose body takes
+    `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the model's own state
+    dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
+    in ["head.weight"]: ...`) is not a comparison.
+
+    Silent when the dict holds the target's own tensors: its live `state_dict()`,
+    `named_buffers()` or `named_parameters()`, or a copy
     (`teacher.load_state_dict(deepcopy(student.state_dict()), strict=False)`), or what a
-    function of this file or the project returns when given the target itself, if every
-    value it returns is built only from that parameter's tensors (`states =
-    get_norm_states(module)`, whose body fills a new dict inside `for name, child in
-    module.named_modules(): for k, v in child.state_dict().items():`), even after the dict
-    passed through another call (`states = all_reduce(states)`). Silent for published weights
-    downloaded (`load_state_dict_from_url`, `load_url`, `torch.hub.load_state_dict_from_url`)
-    from a fixed URL, also through names and items (`ck = load_state_dict_from_url(
-    "https://...")`, then `ck["model"]`): a literal URL, a literal key into a table
-    (`model_urls["resnet50"]`), or any key into a table bound only at the file's top level to
-    dict literals whose values are all literal `http(s)://` addresses (`url_map[name]`; the
-    table may be imported from a project file, or be torchvision's `model_urls`); their keys
-    are known. A URL the user passes is not fixed, nor a table built in the function. Silent in a model factory's pretrained branch (under
-    an `if pretrained:` test, or in a function with a `pretrained` parameter, unless the load
-    sits under a test of another parameter that the function hands to `torch.load`: `if
-    resume_path:` is the caller's checkpoint, or the test looks for the target's own class
-    name in the file's name, `if "Tracker" in cfg.pretrain_file:` before
-    `Tracker(...).load_state_dict(...)`, a checkpoint of this very model): loading
-    published weights without their head is what `strict=False` is for there. Silent too when
-    `strict` is not literally False, and in a file that imports another array framework with a
-    `load_state_dict` of its own (megengine, paddle, oneflow, jittor, mindspore, tensorflow,
-    jax, flax) and nothing of torch.
+    function of this file or the project returns when given the target itself, if every value it
+    returns is built only from that parameter's tensors (`states = get_norm_states(module)`,
+    whose body fills a new dict inside `for name, child in module.named_modules(): for k, v in
+    child.state_dict().items():`), even after the dict passed through another call (`states =
+    all_reduce(states)`).
+
+    Silent for published weights downloaded (`load_state_dict_from_url`, `load_url`,
+    `torch.hub.load_state_dict_from_url`) from a fixed URL, also through names and items (`ck =
+    load_state_dict_from_url("https://...")`, then `ck["model"]`): a literal URL, a literal key
+    into a table (`model_urls["resnet50"]`), or any key into a table bound only at the file's
+    top level to dict literals whose values are all literal `http(s)://` addresses
+    (`url_map[name]`; the table may be imported from a project file, or be torchvision's
+    `model_urls`); their keys are known. A URL the user passes is not fixed, nor a table built
+    in the function.
+
+    Silent in a model factory's pretrained branch (under an `if pretrained:` test, or in a
+    function with a `pretrained` parameter, unless the load sits under a test of another
+    parameter that the function hands to `torch.load`: `if resume_path:` is the caller's
+    checkpoint, or the test looks for the target's own class name in the file's name, `if
+    "Tracker" in cfg.pretrain_file:` before `Tracker(...).load_state_dict(...)`, a checkpoint of
+    this very model): loading published weights without their head is what `strict=False` is for
+    there. Silent too when `strict` is not literally False, and in a file that imports another
+    array framework with a `load_state_dict` of its own (megengine, paddle, oneflow, jittor,
+    mindspore, tensorflow, jax, flax) and nothing of torch.
 
     ## Why is this bad?
     With `strict=False`, `load_state_dict` raises nothing when keys do not match; it returns
@@ -108,6 +113,11 @@ class StrictFalseLoad(Rule):
         "own = model.state_dict()\n"
         "own.update({k: v for k, v in pretrained.items() if k in own})\n"
         "model.load_state_dict(own, strict=False)\n",
+        # Published weights from a table of fixed web addresses, picked by name.
+        "from torch.hub import load_state_dict_from_url\n"
+        "URLS = {'b0': 'https://example.org/b0.pth', 'b1': 'https://example.org/b1.pth'}\n"
+        "def load(net, name):\n"
+        "    net.load_state_dict(load_state_dict_from_url(URLS[name]), strict=False)\n",
         # strict is not known to be False here.
         "def load(model, sd, strict):\n"
         "    model.load_state_dict(sd, strict=strict)\n",
@@ -275,14 +285,14 @@ _DOWNLOAD_NAMES = ("load_url", "load_state_dict_from_url")
 def _from_fixed_published_weights(model: SemanticModel, expr, at) -> bool:
     """The dict comes from a download of a fixed URL, through names and items (`ck =
     load_state_dict_from_url("https://...")`, `sd = ck["model"]`): a literal URL, a literal
-    key into a table of the file (`model_urls["resnet50"]`), or any key into a table of the
-    file whose values are all literal web addresses (`url_map[name]`)."""
+    key into a table (`model_urls["resnet50"]`), or any key into a table of literal web
+    addresses (`url_map[name]`, see `_url_table`)."""
     value = _through_names_and_items(model, expr, at)
     if not isinstance(value, cst.Call):
         return False
     name = model.qualified_name(value.func) or ""
     local = value.func.value if isinstance(value.func, cst.Name) else ""
-    if name not in WEIGHT_DOWNLOADS and not name.endswith(tuple("." + n for n in _DOWNLOAD_NAMES)) and local not in _DOWNLOAD_NAMES:
+    if name not in WEIGHT_DOWNLOADS and name.rsplit(".", 1)[-1] not in _DOWNLOAD_NAMES and local not in _DOWNLOAD_NAMES:
         return False
     url = argument(value, 0, "url")
     if isinstance(url, cst.Name):
