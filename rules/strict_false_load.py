@@ -8,7 +8,7 @@ import libcst as cst
 
 from dplint.checkpoints import StateDictLoad, called_function, checkpoint_facts, literal_key, name_is_read
 from dplint.rule import Applicability, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument, method_call
+from dplint.semantic import SemanticModel, argument, literal_value, method_call, own_returns
 
 
 class StrictFalseLoad(Rule):
@@ -18,33 +18,50 @@ class StrictFalseLoad(Rule):
     unexpected keys) is thrown away: the call is a statement of its own, or its result is
     assigned to names that are never read.
 
-    Silent when the code already matches the keys to the model: the state dict is the
-    model's own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it
-    (`{k: v for k, v in sd.items() if k in own}`), or a statement before the load, in the same
-    function, uses both the state dict and the model's `state_dict()` in a set operation on
-    the keys (`missing = set(model.state_dict()) - set(sd)`, a log of `set(own) & set(sd)`,
-    `set(sd).difference(own)`) or a membership test (a log of the keys not in the model), or
-    a loop that fills the state dict looks the model's keys up (`meta = model.state_dict()`
-    ... `for name, t in full.items(): sd[name] = shard(t, meta.get(name))`, or `{k: v for k, v
-    in ckpt.items() if model.state_dict()[k].shape == v.shape}`, where a key the model lacks
-    raises KeyError). Counting is no comparison (`len(model.state_dict()) - len(sd)`), nor is
-    listing only the checkpoint's keys. Silent too when a helper named for keys gets
-    the model and the dict first (`check_keys(model, sd)`), or a function of this file or the
-    project, given the dict, compares it with the model's own keys (`self.check_keys(sd)` whose
-    body takes `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the
-    model's own state dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
-    in ["head.weight"]: ...`) is not a comparison. Silent for a module's live `state_dict()`
-    or a copy of it (`teacher.load_state_dict(deepcopy(student.state_dict()), strict=False)`),
-    and for published weights
-    from a fixed URL (`load_url(model_urls["resnet50"])`, a literal URL), whose keys are known;
-    a URL the user passes is not fixed. Silent in a model factory's pretrained branch (under
-    an `if pretrained:` test, or in a function with a `pretrained` parameter, unless the load
-    sits under a test of another parameter that the function hands to `torch.load`: `if
-    resume_path:` is the caller's checkpoint, or the test looks for the target's own class
-    name in the file's name, `if "Tracker" in cfg.pretrain_file:` before
-    `Tracker(...).load_state_dict(...)`, a checkpoint of this very model): loading
-    published weights without their head is what `strict=False` is for there. Silent too when
-    `strict` is not literally False.
+    Silent when the code already matches the keys to the model: the state dict is the model's
+    own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it (`{k: v for k, v
+    in sd.items() if k in own}`), or a statement before the load, in the same function, uses
+    both the state dict and the model's `state_dict()` in a set operation on the keys (`missing
+    = set(model.state_dict()) - set(sd)`, a log of `set(own) & set(sd)`,
+    `set(sd).difference(own)`) or a membership test (a log of the keys not in the model), or a
+    loop that fills the state dict looks the model's keys up (`meta = model.state_dict()` ...
+    `for name, t in full.items(): sd[name] = shard(t, meta.get(name))`, or `{k: v for k, v in
+    ckpt.items() if model.state_dict()[k].shape == v.shape}`, where a key the model lacks raises
+    KeyError). Counting is no comparison (`len(model.state_dict()) - len(sd)`), nor is listing
+    only the checkpoint's keys. Silent too when a helper named for keys gets the model and the
+    dict first (`check_keys(model, sd)`), or a function of this file or the project, given the
+    dict, compares it with the model's own keys (`self.check_keys(sd)` whose body takes
+    `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the model's own state
+    dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
+    in ["head.weight"]: ...`) is not a comparison.
+
+    Silent when the dict holds the target's own tensors: its live `state_dict()`,
+    `named_buffers()` or `named_parameters()`, or a copy
+    (`teacher.load_state_dict(deepcopy(student.state_dict()), strict=False)`), or what a
+    function of this file or the project returns when given the target itself, if every value it
+    returns is built only from that parameter's tensors (`states = get_norm_states(module)`,
+    whose body fills a new dict inside `for name, child in module.named_modules(): for k, v in
+    child.state_dict().items():`), even after the dict passed through another call (`states =
+    all_reduce(states)`).
+
+    Silent for published weights downloaded (`load_state_dict_from_url`, `load_url`,
+    `torch.hub.load_state_dict_from_url`) from a fixed URL, also through names and items (`ck =
+    load_state_dict_from_url("https://...")`, then `ck["model"]`): a literal URL, a literal key
+    into a table (`model_urls["resnet50"]`), or any key into a table bound only at the file's
+    top level to dict literals whose values are all literal `http(s)://` addresses
+    (`url_map[name]`; the table may be imported from a project file, or be torchvision's
+    `model_urls`); their keys are known. A URL the user passes is not fixed, nor a table built
+    in the function.
+
+    Silent in a model factory's pretrained branch (under an `if pretrained:` test, or in a
+    function with a `pretrained` parameter, unless the load sits under a test of another
+    parameter that the function hands to `torch.load`: `if resume_path:` is the caller's
+    checkpoint, or the test looks for the target's own class name in the file's name, `if
+    "Tracker" in cfg.pretrain_file:` before `Tracker(...).load_state_dict(...)`, a checkpoint of
+    this very model): loading published weights without their head is what `strict=False` is for
+    there. Silent too when `strict` is not literally False, and in a file that imports another
+    array framework with a `load_state_dict` of its own (megengine, paddle, oneflow, jittor,
+    mindspore, tensorflow, jax, flax) and nothing of torch.
 
     ## Why is this bad?
     With `strict=False`, `load_state_dict` raises nothing when keys do not match; it returns
@@ -96,6 +113,11 @@ class StrictFalseLoad(Rule):
         "own = model.state_dict()\n"
         "own.update({k: v for k, v in pretrained.items() if k in own})\n"
         "model.load_state_dict(own, strict=False)\n",
+        # Published weights from a table of fixed web addresses, picked by name.
+        "from torch.hub import load_state_dict_from_url\n"
+        "URLS = {'b0': 'https://example.org/b0.pth', 'b1': 'https://example.org/b1.pth'}\n"
+        "def load(net, name):\n"
+        "    net.load_state_dict(load_state_dict_from_url(URLS[name]), strict=False)\n",
         # strict is not known to be False here.
         "def load(model, sd, strict):\n"
         "    model.load_state_dict(sd, strict=strict)\n",
@@ -114,6 +136,8 @@ class StrictFalseLoad(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
+        if _other_framework_only(model):
+            return
         for load in checkpoint_facts(model).loads:
             if not load.strict_false or not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
                 continue
@@ -132,6 +156,17 @@ class StrictFalseLoad(Rule):
                     "`result.missing_keys` and `result.unexpected_keys`",
                 ),
             )
+
+
+# Array frameworks with a torch-like `load_state_dict(..., strict=False)` of their own.
+_OTHER_FRAMEWORKS = {"megengine", "paddle", "oneflow", "jittor", "mindspore", "tensorflow", "jax", "flax"}
+
+
+def _other_framework_only(model: SemanticModel) -> bool:
+    """The file imports another array framework (`import megengine as mge`) and nothing of
+    torch: its `load_state_dict` is that framework's, not torch's."""
+    tops = {name.split(".")[0] for name in (*model.imports.values(), *model.star_imports)}
+    return bool(tops & _OTHER_FRAMEWORKS) and not any(top.startswith("torch") for top in tops)
 
 
 def _pretrained_initialisation(model: SemanticModel, load: StateDictLoad) -> bool:
@@ -244,22 +279,79 @@ def _keys_matched_to_model(model: SemanticModel, load: StateDictLoad) -> bool:
 
 # Downloads of published weights: a fixed URL has fixed, known keys (`load_url(model_urls["resnet50"])`).
 WEIGHT_DOWNLOADS = {"torch.hub.load_state_dict_from_url", "torch.utils.model_zoo.load_url"}
+_DOWNLOAD_NAMES = ("load_url", "load_state_dict_from_url")
 
 
 def _from_fixed_published_weights(model: SemanticModel, expr, at) -> bool:
-    value = model.value_at(expr, at)
+    """The dict comes from a download of a fixed URL, through names and items (`ck =
+    load_state_dict_from_url("https://...")`, `sd = ck["model"]`): a literal URL, a literal
+    key into a table (`model_urls["resnet50"]`), or any key into a table of literal web
+    addresses (`url_map[name]`, see `_url_table`)."""
+    value = _through_names_and_items(model, expr, at)
     if not isinstance(value, cst.Call):
         return False
     name = model.qualified_name(value.func) or ""
-    if name not in WEIGHT_DOWNLOADS and not name.endswith(".load_url") and not (
-        isinstance(value.func, cst.Name) and value.func.value in ("load_url", "load_state_dict_from_url")
-    ):
+    local = value.func.value if isinstance(value.func, cst.Name) else ""
+    if name not in WEIGHT_DOWNLOADS and name.rsplit(".", 1)[-1] not in _DOWNLOAD_NAMES and local not in _DOWNLOAD_NAMES:
         return False
     url = argument(value, 0, "url")
+    if isinstance(url, cst.Name):
+        url = model.value_at(url, value)  # `url = model_urls[arch]` first
     if isinstance(url, (cst.SimpleString, cst.ConcatenatedString)):
         return True
+    if not isinstance(url, cst.Subscript) or not isinstance(url.value, cst.Name):
+        return False
     # `model_urls["resnet50"]`: a literal key into a table of the file
-    return isinstance(url, cst.Subscript) and isinstance(url.value, cst.Name) and literal_key(url) is not None
+    return literal_key(url) is not None or _url_table(model, url.value.value)
+
+
+def _through_names_and_items(model: SemanticModel, expr, at):
+    """The expression a name or an item of one was taken from: `sd` after `ck = download(...)`
+    and `sd = ck["model"]` is the `download(...)` call."""
+    for _ in range(8):
+        while isinstance(expr, cst.Subscript):
+            expr = expr.value
+        if not isinstance(expr, cst.Name):
+            return expr
+        binding = model.binding_at(expr.value, at)
+        if binding is None or binding.value is None:
+            return None
+        expr, at = binding.value, binding.node
+    return None
+
+
+def _url_table(model: SemanticModel, name: str, depth: int = 3) -> bool:
+    """`name` is bound at the file's top level, only ever to dict literals whose values are
+    all literal web addresses (`url_map = {"b0": "https://.../b0.pth", ...}`), here or in the
+    project file it is imported from; or it is torchvision's own table (`from
+    torchvision.models.resnet import model_urls`)."""
+    imported = model.imports.get(name)
+    if imported is not None:
+        if imported.startswith("torchvision.") and imported.endswith("model_urls"):
+            return True
+        found = model.project.resolve(imported, model) if model.project is not None and depth > 0 else None
+        return found is not None and _url_table(found[0], imported.rsplit(".", 1)[-1], depth - 1)
+    bindings = [b for b in model.bindings.get(name, ()) if b.scope.kind == "module"]
+    if not bindings or len(bindings) != len(model.bindings.get(name, ())):
+        return False
+    for binding in bindings:
+        table = binding.value
+        if not isinstance(table, cst.Dict) or not table.elements:
+            return False
+        for element in table.elements:
+            if not isinstance(element, cst.DictElement):
+                return False
+            url = _literal_or_none(element.value)
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                return False
+    return True
+
+
+def _literal_or_none(expr):
+    try:
+        return literal_value(expr)
+    except ValueError:
+        return None
 
 
 def _live_state_dict(model: SemanticModel, expr, at) -> bool:
@@ -269,7 +361,7 @@ def _live_state_dict(model: SemanticModel, expr, at) -> bool:
     while isinstance(value, cst.Call) and value.args and _copies(model, value):
         value = value.args[0].value  # `deepcopy(student.state_dict())`: a copy is as live
     method = method_call(value) if isinstance(value, cst.Call) else None
-    return method is not None and method[1] == "state_dict"
+    return method is not None and method[1] in ("state_dict", "named_buffers", "named_parameters")
 
 
 def _copies(model: SemanticModel, call: cst.Call) -> bool:
@@ -412,8 +504,120 @@ def _is_own_state_dict(model: SemanticModel, expr: cst.CSTNode, target: cst.Base
         elif isinstance(expr.func, cst.Name) and expr.func.value in ("dict", "set", "list", "OrderedDict") and expr.args:
             expr = expr.args[0].value
         else:
-            return False
+            return _helper_returns_own_state(model, expr, target)
     return False
+
+
+# What a module's own tensors are read with, and what walks its submodules.
+_OWN_STATE_METHODS = {"state_dict", "named_buffers", "named_parameters", "buffers", "parameters"}
+_SUBMODULE_METHODS = {"named_modules", "modules", "named_children", "children"}
+
+
+def _helper_returns_own_state(model: SemanticModel, call: cst.Call, target: cst.BaseExpression) -> bool:
+    """`get_norm_states(module)` for the target `module`: a function of this file or the project
+    that returns entries of its parameter's own tensors (`for name, child in m.named_modules():
+    for k, v in child.state_dict().items(): states[name + "." + k] = v`, `return
+    dict(m.named_buffers())`), called with the target itself."""
+    wanted = model.code(target)
+    if not any(model.code(arg.value) == wanted for arg in call.args):
+        return False  # cheap test first: the target is not even passed
+    found = called_function(model, call)
+    if found is None:
+        return False
+    other, function, bound = found
+    returns = own_returns(function)
+    if not returns:
+        return False
+    params = [p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)]
+    for name in params:
+        passed = model.flow.parameter_argument(call, function, name, bound)
+        if passed is None or model.code(passed) != wanted:
+            continue
+        if all(_built_from_own_state(other, function, ret.value, name) for ret in returns):
+            return True
+    return False
+
+
+def _built_from_own_state(model: SemanticModel, function: cst.FunctionDef, value: cst.BaseExpression, param: str) -> bool:
+    """The returned value holds only the module `param`'s own tensors: it reads them itself
+    (`dict(m.named_buffers())`), or it is a name bound only to that or to an empty dict, and
+    filled only by item stores inside loops over them."""
+    sources = _module_names(function, param)
+    if _reads_own_state(value, sources):
+        return True
+    if not isinstance(value, cst.Name):
+        return False
+    name = value.value
+    bindings = [b for b in model.bindings.get(name, ()) if b.scope.node is function]
+    if not bindings:
+        return False
+    stores = _item_stores(function, name)
+    for binding in bindings:
+        if binding.value is None:
+            return False
+        if not (_reads_own_state(binding.value, sources) or (_empty_dict(binding.value) and stores)):
+            return False
+    return all(
+        any(isinstance(loop, (cst.For, cst.CompFor)) and _reads_own_state(loop.iter, sources)
+            for loop in model.ancestors(store))
+        for store in stores
+    )
+
+
+def _module_names(function: cst.FunctionDef, param: str) -> set[str]:
+    """`param` and the loop names bound to its submodules (`for name, child in m.named_modules()`)."""
+    names = {param}
+    for node in _walk(function.body):
+        if isinstance(node, (cst.For, cst.CompFor)) and isinstance(node.iter, cst.Call):
+            method = method_call(node.iter)
+            if method is not None and method[1] in _SUBMODULE_METHODS and _root(method[0]) == param:
+                names |= {n.value for n in _names_in(node.target)}
+    return names
+
+
+def _reads_own_state(node: cst.CSTNode, sources: set[str]) -> bool:
+    """`m.state_dict()`, `child.named_buffers()`... on one of `sources` somewhere in `node`."""
+    for current in _walk(node):
+        if isinstance(current, cst.Call):
+            method = method_call(current)
+            if method is not None and method[1] in _OWN_STATE_METHODS and _root(method[0]) in sources:
+                return True
+    return False
+
+
+def _item_stores(function: cst.FunctionDef, name: str) -> list[cst.CSTNode]:
+    """The `name[...] = value` statements of the function."""
+    stores = []
+    for node in _walk(function.body):
+        if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Subscript):
+            if isinstance(node.target.value, cst.Name) and node.target.value.value == name:
+                stores.append(node)
+    return stores
+
+
+def _empty_dict(expr: cst.BaseExpression) -> bool:
+    """`{}`, `dict()`, `OrderedDict()`, `collections.OrderedDict()`."""
+    if isinstance(expr, cst.Dict):
+        return not expr.elements
+    if isinstance(expr, cst.Call) and not expr.args:
+        func = expr.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+        return name in ("dict", "OrderedDict")
+    return False
+
+
+def _root(expr: cst.BaseExpression) -> str | None:
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
 
 
 def _mentions_own_state_dict(model: SemanticModel, node: cst.CSTNode, target: cst.BaseExpression, own_names: set[str]) -> bool:
