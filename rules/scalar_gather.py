@@ -40,34 +40,49 @@ class ScalarGather(Rule):
     ## What it does
     Flags the call of an `nn.DataParallel` wrapper whose gathered result is back-propagated
     as it is -- `loss = dp(x); loss.backward()`, `dp(x).backward()`,
-    `scaler.scale(loss).backward()`, an element of it (`l1, l2 = dp(x)`,
-    `out = dp(x); out["loss"].backward()`), or a term of a sum
-    (`loss = dp_criterion(out, y) + 0.5 * aux`) -- when its module returns a loss:
+    `scaler.scale(loss).backward()`, a part of it (`l1, l2 = dp(x)`,
+    `out = dp(x); out["loss"].backward()`, `preds, losses = dp(x); losses[0]`: the gather
+    maps over tuples, lists and dicts, nested too), or a term of a sum
+    (`loss = dp_criterion(out, y) + 0.5 * aux`).
 
-    - the module is one of torch's `*Loss` modules with a mean or sum reduction, or a class of
-      the project (this file or another) whose `forward` returns a 0-d loss on every path, in
-      the part of the result that is used -- `return F.cross_entropy(out, y)`, `return loss`
-      with `loss = self.criterion(out, y)`, `return (out - y).pow(2).mean()`,
-      `return loss_a, loss_b`, `return {"loss": loss}`;
-    - or the module is out of sight (built by a registry or a config, another library, a
-      value the analysis cannot follow): then the call site is the evidence. `backward()`
-      without a gradient only works on a one-element tensor, so each replica returns a
-      one-element loss, and the gather makes a vector of them.
+    The evidence is the call site: `backward()` without a gradient only works on a
+    one-element tensor, so each replica returns a one-element loss there, and the gather
+    makes a vector of them. The wrapped module's `forward`, where the rule can read it,
+    either names the reduction (then the fix appends it) or refutes the call site:
+
+    - it names it when every return the call site allows gives a 0-d loss in the part that
+      is used: one of torch's `*Loss` modules with a mean or sum reduction,
+      `F.cross_entropy(out, y)`, `(out - y).pow(2).mean()`, `self.criterion(out, y)`, a
+      helper (function or method, of this file or another) whose every return is one, a
+      sum or scaling of them; a return the call site rules out does not count
+      (`preds, losses = dp(x)` cannot be the `return preds, stds, anchors` path);
+    - it refutes it when no allowed return can be a one-element loss: each keeps a
+      dimension (`x.mean(dim=0)`, `reduction="none"`, an input of `forward` returned as
+      is), is a container, or is unpacked otherwise; or the module is a torch loss with
+      `reduction="none"`, or indexed (`dp_loss(x, y)[0]`). Then the rule says nothing.
+    - Otherwise (a module built by a registry or a config, another library, a forward
+      whose loss is built in ways not followed, such as `total += ...` in a loop), the
+      call site alone is the evidence, and nothing is fixed.
 
     The wrapper is found on every path where it is held: a name, a `self.x` attribute set in
-    another method, a function (of this file or another) that returns `nn.DataParallel(...)`,
-    a helper that returns its argument, or a subclass of `nn.DataParallel` of the project that
-    keeps torch's `forward` and `gather`, or of mmcv (`MMDataParallel`) or PyG
-    (`torch_geometric.nn.DataParallel`), which gather as torch does.
+    another method, a parameter whose callers (in this file or another) pass it, a function
+    (of this file or another) that returns `nn.DataParallel(...)`, a helper that returns its
+    argument, an element taken by a literal index from a list or `nn.ModuleList` built by a
+    display and `append` statements (`criteria[1]`), or a subclass of `nn.DataParallel` of
+    the project that keeps torch's `forward` and `gather`, or of mmcv (`MMDataParallel`) or
+    PyG (`torch_geometric.nn.DataParallel`), which gather as torch does.
 
     Silent when `device_ids` names one device, when the result is reduced (`.mean()`,
     `.sum()`, `torch.mean`) before `backward()` -- also on some path only
-    (`if n_gpu > 1: loss = loss.mean()`: the author handles the gather) -- when it is
-    back-propagated with an explicit gradient, when the module is a class of the project
-    whose `forward` the rule can read but cannot prove returns a 0-d loss (or inherits it,
-    or the class name is rebound), and for project subclasses that define their own
-    `forward` or `gather` (PyTorch-Encoding's `DataParallelModel` returns the replicas'
-    outputs ungathered).
+    (`if n_gpu > 1: loss = loss.mean()`: the author handles the gather) -- when it goes
+    through a call the rule does not know (`reduce_loss(dp(x))`), when it is
+    back-propagated with an explicit gradient, when the module's `forward` refutes the call
+    site (above), for an element of a list changed otherwise than by `append` statements in
+    the block that built it, and for project subclasses that define their own `forward` or
+    `gather` (PyTorch-Encoding's `DataParallelModel` returns the replicas' outputs
+    ungathered). A file that neither names `DataParallel` nor imports a definition that
+    does is not read (the pre-filter): a training function handed the wrapper by a caller
+    in another file is only checked when its own file or imports name it.
 
     ## Why is this bad?
     With 2+ GPUs, `DataParallel.forward` runs one replica per GPU and gathers their outputs
@@ -107,7 +122,9 @@ class ScalarGather(Rule):
     replicas' means (or the sum of their sums) is the loss of the whole batch, as one device
     computes it (for the mean, exactly when the batch splits evenly across the GPUs). It is
     safe: on one device the 0-d result's `.mean()`/`.sum()` is the same value with the same
-    gradient, and with 2+ GPUs the code it changes raises today.
+    gradient, and with 2+ GPUs the code it changes raises today. It is offered only when the
+    whole result is back-propagated and the forward names its reduction; a part of the
+    result (a tuple has no `.mean()`) or a module out of sight is reported, not fixed.
     """
 
     code = "DPL012"
@@ -153,6 +170,17 @@ class ScalarGather(Rule):
         "loss.backward()\n",
     )
     INVALID = (
+        # A wrapped criterion kept in an nn.ModuleList and taken out by index; its forward's
+        # losses are summed in a loop (not followed): the call site is the evidence.
+        Example(
+            "import torch.nn as nn\n"
+            "from losses import PairLoss\n"
+            "criteria = nn.ModuleList([nn.CrossEntropyLoss()])\n"
+            "criteria.append(nn.DataParallel(PairLoss()))\n"
+            "pair, _ = criteria[1](a, b)\n"
+            "(criteria[0](logits, y) + pair).backward()\n",
+            expected=None,
+        ),
         # A module from a registry: backward() on its gathered output is the evidence (no fix:
         # whether its losses are means or sums is out of sight).
         Example(
