@@ -10,8 +10,8 @@ from dplint.checkpoints import resolve
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.flow import class_method
 from dplint.semantic import SemanticModel, Wrapping, argument, keyword_arg, literal_value, method_call, own_returns, peel_self_returning
-from dplint.wrappers import indexed_values
 from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops, construction_argument, held_wrapper, wrapper_kind
+from dplint.wrappers import indexed_values
 
 # What a loss's `reduction=` makes of it: a 0-d mean or sum ("none" keeps the batch dimension).
 REDUCTIONS = {"mean": "mean", "batchmean": "mean", "sum": "sum"}
