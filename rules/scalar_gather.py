@@ -398,7 +398,7 @@ def _gathered_results(model: SemanticModel, root: cst.BaseExpression, at: cst.CS
         for binding, _ in reversed(reaching):
             if binding.value is not None:
                 stack.append((binding.value, binding.node, part, anchor))
-            elif isinstance(binding.node, cst.Assign) and isinstance(binding.node.value, cst.Call):
+            elif isinstance(binding.node, cst.Assign):  # `a, b = dp(x)`, `out, loss = out`
                 stack.append((binding.node.value, binding.node, _deeper(_unpacked_part(model, binding), part), anchor))
     return found
 
