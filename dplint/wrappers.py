@@ -13,11 +13,11 @@ wrapper's own parameters, buffers and sub-modules (just `module`), so it raises
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
-from dplint.semantic import SemanticModel, Wrapping, dotted_name
+from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value
 
 # Public attributes of `nn.Module()` in torch 2.13.
 MODULE_ATTRIBUTES = frozenset({
@@ -305,3 +305,93 @@ def tied_to_a_wrapper_having(model: SemanticModel, expr: cst.BaseExpression, at:
     if not having or not lacking:
         return False
     return bool(set.intersection(*having) & here - set.union(*lacking))
+
+
+# --------------------------------------------------------------------------- containers
+# Methods that change a list or `nn.ModuleList` in place (besides the appends we follow).
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__", "__delitem__"})
+# Calls that build a sequence from their one argument (or an empty one without it).
+_SEQUENCE_BUILDERS = frozenset({"torch.nn.ModuleList", "list", "tuple"})
+
+
+def indexed_values(model: SemanticModel, subscript: cst.Subscript) -> Optional[list]:
+    """What `seq[k]` (a literal int `k`) holds, as `Flow.values_at` values: element `k` of
+    the list, tuple or `nn.ModuleList` that `seq` holds on every path, built by a display
+    (`[a, b]`, `nn.ModuleList([a, b])`, or empty) and then only appended to, one
+    `seq.append(x)` statement after another in the block that built it
+    (`losses = nn.ModuleList([]); losses.append(ce); losses.append(dp_kd)`: `losses[1]` is
+    `dp_kd`). None when it can't be told: another index, a sequence changed otherwise
+    (appends in a loop or a branch, `insert`, `seq[i] = x`, `+=`), or built elsewhere."""
+    try:
+        index = literal_value(subscript.slice[0].slice.value) if len(subscript.slice) == 1 and isinstance(
+            subscript.slice[0].slice, cst.Index) else None
+    except ValueError:
+        return None
+    if not isinstance(index, int) or isinstance(index, bool):
+        return None
+    found: list = []
+    for value in model.flow.values_at(subscript.value, subscript):
+        items = _sequence_items(value) if value.known else None
+        if items is None or not -len(items) <= index < len(items):
+            return None
+        element, at = items[index]
+        found.extend(value.model.flow.values_at(element, at))
+    return found or None
+
+
+def _sequence_items(value) -> Optional[list]:
+    """(element expression, where it is read) for each element of the sequence a value builds, in order."""
+    model, built = value.model, value.expr
+    if isinstance(built, cst.Call) and model.qualified_name(built.func) in _SEQUENCE_BUILDERS and len(built.args) <= 1:
+        if built.args and (built.args[0].keyword is not None or built.args[0].star):
+            return None
+        built = built.args[0].value if built.args else cst.List([])
+    if not isinstance(built, (cst.List, cst.Tuple)) or any(isinstance(e, cst.StarredElement) for e in built.elements):
+        return None
+    items = [(element.value, built) for element in built.elements]
+    binding = value.binding
+    if binding is None or not isinstance(binding.node, cst.Assign) or binding.node.value is not value.expr:
+        return items  # a display used as it is (`return [a, b]`, a default)
+    statement = model.parent(binding.node)
+    block = model.parent(statement) if statement is not None else None
+    body = getattr(block, "body", None)
+    if not isinstance(body, Sequence) or statement not in body:
+        return None
+    appends = set()
+    for following in body[body.index(statement) + 1:]:
+        appended = _appended(model, following, binding.key)
+        if appended is not None:
+            appends.add(appended)
+            items.append((appended.args[0].value, appended))
+    return None if _changed_otherwise(model, binding, appends) else items
+
+
+def _appended(model: SemanticModel, statement: cst.CSTNode, key: str) -> Optional[cst.Call]:
+    """The call of a statement that is just `seq.append(x)`."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    expr = statement.body[0]
+    call = expr.value if isinstance(expr, cst.Expr) else None
+    if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "append"
+            and len(call.args) == 1 and call.args[0].keyword is None and not call.args[0].star
+            and model.binding_key(call.func.value, call) == key):
+        return call
+    return None
+
+
+def _changed_otherwise(model: SemanticModel, binding, appends: set) -> bool:
+    """Whether the sequence bound by `binding` is changed in place anywhere in its scope but by `appends`."""
+    stack = [binding.scope.node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and node not in appends and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in _MUTATORS and model.binding_key(node.func.value, node) == binding.key:
+            return True
+        if isinstance(node, (cst.AugAssign, cst.Del)) or (isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Subscript)):
+            target = node.target
+            while isinstance(target, cst.Subscript):
+                target = target.value
+            if model.binding_key(target, node) == binding.key:
+                return True
+        stack.extend(model.children(node))
+    return False

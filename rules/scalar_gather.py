@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, NamedTuple, Optional
 
 import libcst as cst
 
@@ -11,6 +11,7 @@ from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Viola
 from dplint.flow import class_method
 from dplint.semantic import SemanticModel, Wrapping, argument, keyword_arg, literal_value, method_call, own_returns, peel_self_returning
 from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops, construction_argument, held_wrapper, wrapper_kind
+from dplint.wrappers import indexed_values
 
 # What a loss's `reduction=` makes of it: a 0-d mean or sum ("none" keeps the batch dimension).
 REDUCTIONS = {"mean": "mean", "batchmean": "mean", "sum": "sum"}
@@ -39,34 +40,49 @@ class ScalarGather(Rule):
     ## What it does
     Flags the call of an `nn.DataParallel` wrapper whose gathered result is back-propagated
     as it is -- `loss = dp(x); loss.backward()`, `dp(x).backward()`,
-    `scaler.scale(loss).backward()`, an element of it (`l1, l2 = dp(x)`,
-    `out = dp(x); out["loss"].backward()`), or a term of a sum
-    (`loss = dp_criterion(out, y) + 0.5 * aux`) -- when its module returns a loss:
+    `scaler.scale(loss).backward()`, a part of it (`l1, l2 = dp(x)`,
+    `out = dp(x); out["loss"].backward()`, `preds, losses = dp(x); losses[0]`: the gather
+    maps over tuples, lists and dicts, nested too), or a term of a sum
+    (`loss = dp_criterion(out, y) + 0.5 * aux`).
 
-    - the module is one of torch's `*Loss` modules with a mean or sum reduction, or a class of
-      the project (this file or another) whose `forward` returns a 0-d loss on every path, in
-      the part of the result that is used -- `return F.cross_entropy(out, y)`, `return loss`
-      with `loss = self.criterion(out, y)`, `return (out - y).pow(2).mean()`,
-      `return loss_a, loss_b`, `return {"loss": loss}`;
-    - or the module is out of sight (built by a registry or a config, another library, a
-      value the analysis cannot follow): then the call site is the evidence. `backward()`
-      without a gradient only works on a one-element tensor, so each replica returns a
-      one-element loss, and the gather makes a vector of them.
+    The evidence is the call site: `backward()` without a gradient only works on a
+    one-element tensor, so each replica returns a one-element loss there, and the gather
+    makes a vector of them. The wrapped module's `forward`, where the rule can read it,
+    either names the reduction (then the fix appends it) or refutes the call site:
+
+    - it names it when every return the call site allows gives a 0-d loss in the part that
+      is used: one of torch's `*Loss` modules with a mean or sum reduction,
+      `F.cross_entropy(out, y)`, `(out - y).pow(2).mean()`, `self.criterion(out, y)`, a
+      helper (function or method, of this file or another) whose every return is one, a
+      sum or scaling of them; a return the call site rules out does not count
+      (`preds, losses = dp(x)` cannot be the `return preds, stds, anchors` path);
+    - it refutes it when no allowed return can be a one-element loss: each keeps a
+      dimension (`x.mean(dim=0)`, `reduction="none"`, an input of `forward` returned as
+      is), is a container, or is unpacked otherwise; or the module is a torch loss with
+      `reduction="none"`, or indexed (`dp_loss(x, y)[0]`). Then the rule says nothing.
+    - Otherwise (a module built by a registry or a config, another library, a forward
+      whose loss is built in ways not followed, such as `total += ...` in a loop), the
+      call site alone is the evidence, and nothing is fixed.
 
     The wrapper is found on every path where it is held: a name, a `self.x` attribute set in
-    another method, a function (of this file or another) that returns `nn.DataParallel(...)`,
-    a helper that returns its argument, or a subclass of `nn.DataParallel` of the project that
-    keeps torch's `forward` and `gather`, or of mmcv (`MMDataParallel`) or PyG
-    (`torch_geometric.nn.DataParallel`), which gather as torch does.
+    another method, a parameter whose callers (in this file or another) pass it, a function
+    (of this file or another) that returns `nn.DataParallel(...)`, a helper that returns its
+    argument, an element taken by a literal index from a list or `nn.ModuleList` built by a
+    display and `append` statements (`criteria[1]`), or a subclass of `nn.DataParallel` of
+    the project that keeps torch's `forward` and `gather`, or of mmcv (`MMDataParallel`) or
+    PyG (`torch_geometric.nn.DataParallel`), which gather as torch does.
 
     Silent when `device_ids` names one device, when the result is reduced (`.mean()`,
     `.sum()`, `torch.mean`) before `backward()` -- also on some path only
-    (`if n_gpu > 1: loss = loss.mean()`: the author handles the gather) -- when it is
-    back-propagated with an explicit gradient, when the module is a class of the project
-    whose `forward` the rule can read but cannot prove returns a 0-d loss (or inherits it,
-    or the class name is rebound), and for project subclasses that define their own
-    `forward` or `gather` (PyTorch-Encoding's `DataParallelModel` returns the replicas'
-    outputs ungathered).
+    (`if n_gpu > 1: loss = loss.mean()`: the author handles the gather) -- when it goes
+    through a call the rule does not know (`reduce_loss(dp(x))`), when it is
+    back-propagated with an explicit gradient, when the module's `forward` refutes the call
+    site (above), for an element of a list changed otherwise than by `append` statements in
+    the block that built it, and for project subclasses that define their own `forward` or
+    `gather` (PyTorch-Encoding's `DataParallelModel` returns the replicas' outputs
+    ungathered). A file that neither names `DataParallel` nor imports a definition that
+    does is not read (the pre-filter): a training function handed the wrapper by a caller
+    in another file is only checked when its own file or imports name it.
 
     ## Why is this bad?
     With 2+ GPUs, `DataParallel.forward` runs one replica per GPU and gathers their outputs
@@ -106,7 +122,9 @@ class ScalarGather(Rule):
     replicas' means (or the sum of their sums) is the loss of the whole batch, as one device
     computes it (for the mean, exactly when the batch splits evenly across the GPUs). It is
     safe: on one device the 0-d result's `.mean()`/`.sum()` is the same value with the same
-    gradient, and with 2+ GPUs the code it changes raises today.
+    gradient, and with 2+ GPUs the code it changes raises today. It is offered only when the
+    whole result is back-propagated and the forward names its reduction; a part of the
+    result (a tuple has no `.mean()`) or a module out of sight is reported, not fixed.
     """
 
     code = "DPL012"
@@ -152,6 +170,17 @@ class ScalarGather(Rule):
         "loss.backward()\n",
     )
     INVALID = (
+        # A wrapped criterion kept in an nn.ModuleList and taken out by index; its forward's
+        # losses are summed in a loop (not followed): the call site is the evidence.
+        Example(
+            "import torch.nn as nn\n"
+            "from losses import PairLoss\n"
+            "criteria = nn.ModuleList([nn.CrossEntropyLoss()])\n"
+            "criteria.append(nn.DataParallel(PairLoss()))\n"
+            "pair, _ = criteria[1](a, b)\n"
+            "(criteria[0](logits, y) + pair).backward()\n",
+            expected=None,
+        ),
         # A module from a registry: backward() on its gathered output is the evidence (no fix:
         # whether its losses are means or sums is out of sight).
         Example(
@@ -269,7 +298,7 @@ def _violation(call: cst.Call, element: object, anchor: cst.CSTNode,
         "can be implicitly created only for scalar outputs`; on one device nothing shows."
     )
     if class_name is not None:
-        what = f"`{class_name}.forward` returns a 0-d loss" + ("" if element is WHOLE else " in its result")
+        what = f"`{class_name}.forward` returns a 0-d loss" + ("" if element == WHOLE else " in its result")
         advice = f" Reduce the gathered losses here with `.{reduction}()`"
     else:
         # The module comes from code the project does not show: the call site is the evidence.
@@ -279,7 +308,7 @@ def _violation(call: cst.Call, element: object, anchor: cst.CSTNode,
         )
         advice = " Reduce the gathered losses (`.mean()`, or `.sum()` for summed losses) before `backward()`"
     fix = None
-    if element is WHOLE and reduction is not None:
+    if element == WHOLE and reduction is not None:
         fix = Fix(
             Applicability.SAFE,
             f"Append `.{reduction}()` to the DataParallel call",
@@ -294,8 +323,9 @@ def _has_explicit_gradient(call: cst.Call, qualified_name: Optional[str]) -> boo
     return argument(call, 0, "gradient") is not None
 
 
-# Which part of a forward's result reaches backward: all of it, one element of a returned
-# tuple (an int) or dict (a str), or a part we cannot name.
+# Which part of a forward's result reaches backward: a path of keys from the gathered result
+# (`()` is all of it; `(1, 0)` is `out[1][0]`: DataParallel gathers nested tuples, lists and
+# dicts element by element), or a part we cannot name.
 class _Part:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -304,7 +334,23 @@ class _Part:
         return self.name
 
 
-WHOLE, SOME_PART = _Part("WHOLE"), _Part("SOME_PART")
+class Unpacked(NamedTuple):
+    """`a, b = dp(x)`: element `index` of a result unpacked into `count` names (a forward
+    path that returns a display of another length cannot be the one that ran)."""
+    index: int
+    count: int
+
+
+WHOLE: tuple = ()
+SOME_PART = _Part("SOME_PART")
+INFEASIBLE = _Part("INFEASIBLE")  # a return the call site's unpacking rules out
+
+
+def _deeper(key: object, part: object) -> object:
+    """The part of `x` used when `part` of `x[key]` is used."""
+    return SOME_PART if key is SOME_PART or part is SOME_PART else (key, *part)
+
+
 REDUCING_CALLS = {"torch.mean", "torch.sum"}
 
 
@@ -340,8 +386,8 @@ def _gathered_results(model: SemanticModel, root: cst.BaseExpression, at: cst.CS
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
             stack.append((expr.expression, where, part, anchor))
             continue
-        if isinstance(expr, cst.Subscript) and part is WHOLE:
-            stack.append((expr.value, where, _subscript_part(expr), expr))
+        if isinstance(expr, cst.Subscript):
+            stack.append((expr.value, where, _deeper(_subscript_part(expr), part), anchor or expr))
             continue
         key = model.binding_key(expr, where)
         if key is None or key in ("True", "False", "None"):
@@ -352,8 +398,8 @@ def _gathered_results(model: SemanticModel, root: cst.BaseExpression, at: cst.CS
         for binding, _ in reversed(reaching):
             if binding.value is not None:
                 stack.append((binding.value, binding.node, part, anchor))
-            elif part is WHOLE and isinstance(binding.node, cst.Assign) and isinstance(binding.node.value, cst.Call):
-                stack.append((binding.node.value, binding.node, _unpacked_part(model, binding), anchor))
+            elif isinstance(binding.node, cst.Assign):  # `a, b = dp(x)`, `out, loss = out`
+                stack.append((binding.node.value, binding.node, _deeper(_unpacked_part(model, binding), part), anchor))
     return found
 
 
@@ -385,7 +431,7 @@ def _unpacked_part(model: SemanticModel, binding) -> object:
                 return SOME_PART
             for index, element in enumerate(elements):
                 if model.binding_key(element.value, binding.node) == binding.key:
-                    return index
+                    return Unpacked(index, len(elements))
     return SOME_PART
 
 
@@ -403,21 +449,22 @@ GATHERING_DATA_PARALLEL = {
 
 def _verdict(model: SemanticModel, call: cst.Call, element: object) -> Optional[tuple[Optional[str], Optional[str]]]:
     """(class name, reduction) to report `call`, or None to stay silent. The class name is None
-    when the module's forward is out of sight and the call site alone is the evidence."""
+    when the module's forward does not show a 0-d loss and the call site alone is the evidence."""
     constructions = _data_parallel_constructions(model, call)
     if not constructions:
         return None
     proven: Optional[tuple[str, str]] = None
     for cmodel, inner, at in constructions:
         forward = _forward_returns(cmodel, inner, at, element)
-        if forward is UNPROVEN:
-            return None  # a forward we can read but not prove 0-d: say nothing
+        if forward is DISPROVEN:
+            return None  # what reaches backward cannot be this module's loss: say nothing
         if forward is not None and proven is None:
             proven = forward
     return proven if proven is not None else (None, None)
 
 
-UNPROVEN = object()
+DISPROVEN = _Part("DISPROVEN")
+BATCH = "batch"  # a returned tensor that keeps a dimension: not a 0-d loss
 
 
 def _data_parallel_constructions(model: SemanticModel, call: cst.Call) -> list[tuple[SemanticModel, Optional[cst.BaseExpression], cst.CSTNode]]:
@@ -427,7 +474,7 @@ def _data_parallel_constructions(model: SemanticModel, call: cst.Call) -> list[t
     if wrapping is not None and wrapping.kind == "DP" and _single_device(model, wrapping):
         return []  # `device_ids` seen from this call (a factory's parameter mapped to its argument)
     found, wrappers = [], 0
-    for value in model.flow.values_at(call.func, call):
+    for value in _values_through_indexing(model, call.func, call):
         built = value.expr
         if not value.known or not isinstance(built, cst.Call):
             continue
@@ -447,6 +494,16 @@ def _data_parallel_constructions(model: SemanticModel, call: cst.Call) -> list[t
     return found
 
 
+def _values_through_indexing(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> list:
+    """`Flow.values_at`, and what a literal index of a list or `nn.ModuleList` holds
+    (`criterion = criterions[1]` with `criterions.append(nn.DataParallel(kd_loss))`)."""
+    values = []
+    for value in model.flow.values_at(expr, at):
+        held = indexed_values(value.model, value.expr) if isinstance(value.expr, cst.Subscript) else None
+        values.extend(held if held is not None else (value,))
+    return values
+
+
 def _overrides_gather(model: SemanticModel, built: cst.Call) -> bool:
     """A project subclass of DataParallel with its own `forward` or `gather`: it may not gather."""
     callee = model.flow.callee(built)
@@ -463,13 +520,14 @@ def _single_device(model: SemanticModel, wrapping: Wrapping) -> bool:
 
 def _forward_returns(model: SemanticModel, inner: Optional[cst.BaseExpression], at: cst.CSTNode, element: object):
     """(class name, "mean" | "sum") when the wrapped module's forward returns a 0-d loss (in
-    `element` of its result) on every path; UNPROVEN when the module is one of torch's losses
-    or a class of the project but that is not proven (its forward returns something else,
-    cannot be read, or the class name is rebound); None when the module is out of sight
-    (another library, a registry, a value the flow model cannot follow)."""
+    `element` of its result) on every path the call site allows; DISPROVEN when what reaches
+    backward cannot be its loss (a torch loss with `reduction="none"` or indexed like a
+    container, a forward whose every return the call site's unpacking rules out); None when
+    it cannot be told (another library, a registry, a forward that builds its loss in ways
+    not followed): then the call site is the evidence."""
     verdicts = [_module_returns(value, element) for value in model.flow.values_at(inner, at)]
-    if UNPROVEN in verdicts:
-        return UNPROVEN
+    if DISPROVEN in verdicts:
+        return DISPROVEN
     return next((v for v in verdicts if v is not None), None)
 
 
@@ -480,59 +538,97 @@ def _module_returns(value, element: object):
     torch_loss = model.qualified_name(module.func) or ""
     if torch_loss.startswith("torch.nn.") and torch_loss.endswith("Loss"):
         # `nn.DataParallel(nn.NLLLoss(weight=w))`: torch's losses reduce to 0-d unless told not to.
+        if element != WHOLE or _literal_keyword(module, "reduction") == "none":
+            return DISPROVEN  # one tensor, indexed (`dp_loss(x, y)[0]`) or batch-shaped
         weight_first = torch_loss.rsplit(".", 1)[1] in WEIGHT_FIRST_LOSSES
-        reduction = _loss_reduction(module) if _positional_count(module) <= weight_first and element is WHOLE else None
-        return (torch_loss.rsplit(".", 1)[1], reduction) if reduction is not None else UNPROVEN
+        reduction = _loss_reduction(module) if _positional_count(module) <= weight_first else None
+        return (torch_loss.rsplit(".", 1)[1], reduction) if reduction is not None else None
     if isinstance(module.func, cst.Name) and module.func.value in model.classes:
         class_def = model.classes[module.func.value]
         if any(b.node is not class_def for b in model.bindings.get(module.func.value, ())):
-            return UNPROVEN  # the class name is rebound: which class runs is unclear
+            return None  # the class name is rebound: which class runs is unclear
     callee = model.flow.callee(module)
     if callee is None or not isinstance(callee.node, cst.ClassDef):
         return None
     forward = class_method(callee.node, "forward")
     returns = own_returns(forward) if forward is not None else []
     if not returns or element is SOME_PART:
-        return UNPROVEN  # inherited, returns nothing on some path, or a part we cannot name
+        return None  # inherited, returns nothing on some path, or a part we cannot name
     reductions = set()
     for statement in returns:
         returned = _element(callee.model, statement.value, statement, element)
-        reductions.add(_reduction(callee.model, returned, statement, MAX_DEPTH) if returned is not None else None)
+        if returned is not INFEASIBLE:
+            reductions.add(_reduction(callee.model, returned, statement, MAX_DEPTH) if returned is not None else None)
+    # A return that cannot reach backward as it is (unpacked otherwise, a container, a tensor
+    # that keeps a dimension: backward() would raise on one device too) is not the path that ran.
+    reductions.discard(BATCH)
+    if not reductions:
+        return DISPROVEN
     if None in reductions:
-        return UNPROVEN
+        return None
     return callee.node.name.value, "sum" if reductions == {"sum"} else "mean"
 
 
-def _element(model: SemanticModel, returned: Optional[cst.BaseExpression], at: cst.CSTNode, element: object):
-    """The returned expression, or its `element` when it is a tuple / dict display."""
-    if element is WHOLE:
-        return returned
-    value, _, _ = resolve(model, returned, at)
-    if isinstance(element, int) and isinstance(value, (cst.Tuple, cst.List)):
-        items = value.elements
-        if len(items) > element and not any(isinstance(e, cst.StarredElement) for e in items):
-            return items[element].value
-    if isinstance(element, str) and isinstance(value, cst.Dict):
-        for item in value.elements:
-            if not isinstance(item, cst.DictElement):
+def _literal_keyword(call: cst.Call, name: str) -> object:
+    found = keyword_arg(call, name)
+    try:
+        return literal_value(found.value) if found is not None else None
+    except ValueError:
+        return None
+
+
+def _element(model: SemanticModel, returned: Optional[cst.BaseExpression], at: cst.CSTNode, element: tuple):
+    """The part `element` of a returned expression, through tuple / list / dict displays (names
+    followed); None when it cannot be told, INFEASIBLE when the call site's unpacking rules
+    this return out (`return logits, stds, anchors` unpacked into two names raises)."""
+    expr = returned
+    for key in element:
+        value, at, _ = resolve(model, expr, at)
+        expr = None
+        if isinstance(value, (cst.Tuple, cst.List)) and not isinstance(key, str):
+            items = value.elements
+            if any(isinstance(item, cst.StarredElement) for item in items):
                 return None
-            try:
-                if literal_value(item.key) == element:
-                    return item.value
-            except ValueError:
-                return None
+            if isinstance(key, Unpacked) and len(items) != key.count:
+                return INFEASIBLE
+            index = key.index if isinstance(key, Unpacked) else key
+            if -len(items) <= index < len(items):
+                expr = items[index].value
+        elif isinstance(value, cst.Dict) and isinstance(key, str):
+            expr = _dict_item(value, key)
+        if expr is None:
+            return None
+    if isinstance(resolve(model, expr, at)[0], (cst.Tuple, cst.List, cst.Dict)):
+        return INFEASIBLE  # a container reaches backward: not the path that runs
+    return expr
+
+
+def _dict_item(display: cst.Dict, key: str) -> Optional[cst.BaseExpression]:
+    for item in display.elements:
+        if not isinstance(item, cst.DictElement):
+            return None
+        try:
+            if literal_value(item.key) == key:
+                return item.value
+        except ValueError:
+            return None
     return None
 
 
 def _reduction(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> Optional[str]:
-    """"mean" / "sum" when `expr` is a 0-d loss or reduction; None when it isn't or we can't tell."""
+    """"mean" / "sum" when `expr` is a 0-d loss or reduction; BATCH when it keeps a dimension
+    (`x.mean(dim=0)`, `reduction="none"`); None when we can't tell."""
     if expr is None or depth <= 0:
         return None
     if isinstance(expr, (cst.Name, cst.Attribute)):
+        if _forward_input(model, expr, at):
+            return BATCH  # DataParallel scatters the forward's tensors along the batch dimension
         value, value_at, _ = resolve(model, expr, at)
         return None if value is None or value is expr else _reduction(model, value, value_at, depth - 1)
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, ARITHMETIC):
         sides = [_reduction(model, side, at, depth - 1) for side in (expr.left, expr.right)]
+        if BATCH in sides:
+            return BATCH  # a vector stays one whatever it is added to or scaled by
         numbers = [isinstance(side, (cst.Integer, cst.Float)) for side in (expr.left, expr.right)]
         if all(side is not None or number for side, number in zip(sides, numbers)) and any(sides):
             kinds = {side for side in sides if side is not None}
@@ -548,18 +644,44 @@ def _reduction(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst
         positional = [arg for arg in expr.args if arg.keyword is None]
         if len(positional) == 1 and not positional[0].star and _only_whole_tensor_keywords(expr):
             return name.rsplit(".", 1)[1]
-        return None
+        return BATCH if _reduces_a_dimension(expr, 1) else None
     method = method_call(expr)
     if method is not None and method[1] in ("mean", "sum"):
         positional = [arg for arg in expr.args if arg.keyword is None]
-        return method[1] if not positional and _only_whole_tensor_keywords(expr) else None
+        if not positional and _only_whole_tensor_keywords(expr):
+            return method[1]
+        return BATCH if _reduces_a_dimension(expr, 0) else None
     loss_module = peel_self_returning(resolve(model, expr.func, expr)[0])
     if isinstance(loss_module, cst.Call):
         class_name = model.qualified_name(loss_module.func) or ""
         if class_name.startswith("torch.nn.") and class_name.endswith("Loss"):
             weight_first = class_name.rsplit(".", 1)[1] in WEIGHT_FIRST_LOSSES
             return _loss_reduction(loss_module) if _positional_count(loss_module) <= weight_first else None
+    callee = model.flow.callee(expr)
+    if callee is not None and isinstance(callee.node, cst.FunctionDef):
+        # `return self.gaussian_nll(mu, sigma, y)`, a helper whose every return is a 0-d loss
+        return _returns_reduce(callee.model, callee.model.flow.own_returns(callee.node), depth - 1)
     return None
+
+
+def _forward_input(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """`return x, loss` in `def forward(self, x, y)`: a parameter of a `forward`, unchanged."""
+    key = model.binding_key(expr, at)
+    binding = model.binding_at(key, at) if key is not None else None
+    if binding is None or not isinstance(binding.node, cst.Param):
+        return False
+    function = model.parent(model.parent(binding.node))
+    return isinstance(function, cst.FunctionDef) and function.name.value == "forward" and binding.node.star == ""
+
+
+def _returns_reduce(model: SemanticModel, returns: list, depth: int) -> Optional[str]:
+    """"mean" / "sum" when every one of a function's `return`s is a 0-d loss, else None."""
+    kinds = {_reduction(model, statement.value, statement, depth) for statement in returns}
+    if kinds == {BATCH}:
+        return BATCH
+    if not kinds or None in kinds or BATCH in kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "mean"
 
 
 def _loss_reduction(call: cst.Call) -> Optional[str]:
@@ -570,9 +692,17 @@ def _loss_reduction(call: cst.Call) -> Optional[str]:
     if reduction is None:
         return "mean"
     try:
-        return REDUCTIONS.get(literal_value(reduction.value))
+        value = literal_value(reduction.value)
     except ValueError:
         return None
+    return BATCH if value == "none" else REDUCTIONS.get(value)
+
+
+def _reduces_a_dimension(call: cst.Call, tensor_arguments: int) -> bool:
+    """`x.sum(1)`, `x.mean(dim=0)`, `torch.mean(x, 0)`: a reduction along a dimension, which
+    keeps the others (the batch among them)."""
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return len(positional) > tensor_arguments or keyword_arg(call, "dim") is not None
 
 
 def _positional_count(call: cst.Call) -> int:

@@ -405,24 +405,41 @@ class TestScalarGather:
         [
             "x.mean(dim=0)",
             "x.sum(1)",
+            "torch.mean(x, 0)",
             "F.cross_entropy(x, y, reduction='none')",
+            "F.cross_entropy(x, y, reduction='none') * 2",
+            "(F.cross_entropy(x, y), x)",
+            "x",
+        ],
+    )
+    def test_a_forward_that_keeps_a_dimension_refutes_the_call_site(self, returns):
+        # backward() without a gradient would raise on one device too: not what runs.
+        code = loss_net(returns) + "dp = nn.DataParallel(Net())\nloss = dp(x, y)\nloss.backward()\n"
+        assert found(code, "DPL012") == []
+
+    @pytest.mark.parametrize(
+        "returns",
+        [
             "F.mse_loss(x, y, size_average=False)",
             "F.mse_loss(x, y, False)",
             "nn.MSELoss(False)(x, y)",
             "F.cross_entropy(x, y, reduction=mode)",
             "self.compute_loss(x, y)",
-            "(F.cross_entropy(x, y), x)",
             "self.scale * F.cross_entropy(x, y)",
         ],
     )
-    def test_silent_returns(self, returns):
+    def test_a_forward_not_followed_leaves_the_call_site_as_evidence(self, returns):
+        # backward() without a gradient: each replica returns one element; which reduction
+        # is unknown, so nothing is fixed.
         code = loss_net(returns) + "dp = nn.DataParallel(Net())\nloss = dp(x, y)\nloss.backward()\n"
-        assert found(code, "DPL012") == []
+        assert found(code, "DPL012") == [(8, 8)]
+        assert fixed(code, "DPL012") == code
 
-    def test_a_branch_returning_logits_is_silent(self):
+    def test_a_branch_returning_the_input_is_not_the_one_that_ran(self):
         code = loss_net("F.cross_entropy(x, y)", extra="        if y is None:\n            return x\n")
         code += "dp = nn.DataParallel(Net())\nloss = dp(x, y)\nloss.backward()\n"
-        assert found(code, "DPL012") == []
+        assert found(code, "DPL012") == [(10, 8)]
+        assert "loss = dp(x, y).mean()\n" in fixed(code, "DPL012")
 
     @pytest.mark.parametrize(
         "usage",
@@ -438,11 +455,12 @@ class TestScalarGather:
     def test_silent_usages(self, usage):
         assert found(loss_net("F.cross_entropy(x, y)") + usage, "DPL012") == []
 
-    def test_class_rebound_or_without_forward_is_silent(self):
+    def test_class_rebound_or_without_forward_is_judged_by_the_call_site(self):
         rebound = loss_net("F.cross_entropy(x, y)") + "Net = make_net()\ndp = nn.DataParallel(Net())\ndp(x, y).backward()\n"
-        assert found(rebound, "DPL012") == []
+        assert found(rebound, "DPL012") == [(9, 1)]
+        assert fixed(rebound, "DPL012") == rebound
         no_forward = "import torch.nn as nn\nclass Net(Base):\n    pass\ndp = nn.DataParallel(Net())\ndp(x).backward()\n"
-        assert found(no_forward, "DPL012") == []
+        assert found(no_forward, "DPL012") == [(5, 1)]
 
 
 # ------------------------------------------------------------ dplint/distributed.py
