@@ -34,6 +34,7 @@ from dplint.semantic import (
     method_call,
     own_returns,
     peel_self_returning,
+    walk,
 )
 
 TORCH_SAVE = "torch.save"
@@ -1136,7 +1137,7 @@ def has_multiline_string(node: cst.CSTNode) -> bool:
             nonlocal found
             found = found or string.start.endswith(('"""', "'''"))
 
-    node.visit(Finder())
+    walk(node, Finder())
     return found
 
 
