@@ -197,7 +197,7 @@ class SemanticModel:
             self._children = table
         found = self._children.get(node)
         if found is None:  # a leaf of this tree, or a node of another file's tree
-            return [] if node in self._parent else list(node.children)
+            return [] if node in self._parent else children_of(node)
         return found
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -937,6 +937,16 @@ def walk(node: cst.CSTNode, visitor) -> None:
                 elif value is not None and kind is not cst.MaybeSentinel:
                     walk(value, visitor)
     visitor.on_leave(node)
+
+
+def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node.children` (the node's children in source order) without LibCST rebuilding the
+    node to list them."""
+    try:
+        fields = _CHILD_FIELDS[type(node)]
+    except KeyError:
+        fields = _child_fields(node)
+    return list(node.children) if fields is None else list(_fields_children(node, fields))
 
 
 def _child_fields(node: cst.CSTNode) -> Optional[tuple[str, ...]]:
