@@ -184,7 +184,7 @@ def _attribute_values(model: SemanticModel, attribute: cst.Attribute) -> list[cs
     table = _ATTRIBUTE_VALUES.get(model)
     if table is None:
         table = {}
-        for node in _subtree(model.module):
+        for node in model.nodes():  # source order, as a walk of the tree would give them
             if isinstance(node, cst.Assign):
                 targets = [target.target for target in node.targets]
             elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
