@@ -34,6 +34,7 @@ from dplint.semantic import (
     method_call,
     own_returns,
     peel_self_returning,
+    walk,
 )
 
 TORCH_SAVE = "torch.save"
@@ -624,13 +625,14 @@ def holds_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression], a
 
 
 def _wrapper_saves(model: SemanticModel):
+    spells_state_dict = _spells_state_dict(model)
     for site in model.calls:
         call = site.node
         if site.qualified_name == TORCH_SAVE:
             path = checkpoint_path(model, argument(call, 1, "f"), call)
             yield from _saved_entries(model, call, path, argument(call, 0, "obj"), call, (), False, MAX_DEPTH)
         elif call.args and site.qualified_name not in (TORCH_LOAD,):
-            yield from _saved_through_helper(model, call)
+            yield from _saved_through_helper(model, call, spells_state_dict)
 
 
 # ------------------------------------------------------------------------ helpers that save
@@ -842,11 +844,15 @@ def _project_module_function(model: SemanticModel, func: cst.Attribute):
     return found[0], found[1], False
 
 
-def _saved_through_helper(model: SemanticModel, call: cst.Call):
+def _saved_through_helper(model: SemanticModel, call: cst.Call, spells_state_dict: bool = True):
     """`Saver(out).dump(ddp.state_dict(), step)` / `save_checkpoint({"model": ddp.state_dict()})`:
-    a wrapper's state dict handed to a function that saves that parameter."""
+    a wrapper's state dict handed to a function that saves that parameter. `spells_state_dict`
+    False: the file has no `.state_dict` attribute anywhere (`_spells_state_dict`)."""
     candidates = [arg for arg in call.args if not arg.star]
-    if not any(_may_hold_state_dict(model, arg.value, call, 2) or _may_be_wrapper(model, arg.value) for arg in candidates):
+    if not any(
+        spells_state_dict and _may_hold_state_dict(model, arg.value, call, 2) or _may_be_wrapper(model, arg.value)
+        for arg in candidates
+    ):
         return  # cheap: most calls hand over no state dict or wrapper, and resolving callees costs
     target = called_function(model, call)
     if target is None:
@@ -891,7 +897,23 @@ def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
     expr = peel_self_returning(expr)
     if any(w.call is expr for w in model.wrappings):
         return True
-    return model.code(expr) in {w.wrapper_key for w in model.wrappings}
+    # A wrapper's key is a name or `self.x`: only a name or an attribute can spell one.
+    return isinstance(expr, (cst.Name, cst.Attribute)) and model.code(expr) in {w.wrapper_key for w in model.wrappings}
+
+
+_STATE_DICT_SPELLED: "weakref.WeakKeyDictionary[SemanticModel, bool]" = weakref.WeakKeyDictionary()
+
+
+def _spells_state_dict(model: SemanticModel) -> bool:
+    """Whether an attribute `.state_dict` shows anywhere in the file: without one,
+    `_may_hold_state_dict` is False for every expression of it (it only follows same-file
+    bindings), and the per-argument walks are skipped."""
+    found = _STATE_DICT_SPELLED.get(model)
+    if found is None:
+        found = _STATE_DICT_SPELLED[model] = any(
+            type(node) is cst.Attribute and node.attr.value == "state_dict" for node in model.nodes()
+        )
+    return found
 
 
 def _bound_to_imported_call(model: SemanticModel, expr: cst.BaseExpression) -> bool:
@@ -1178,7 +1200,7 @@ def has_multiline_string(node: cst.CSTNode) -> bool:
             nonlocal found
             found = found or string.start.endswith(('"""', "'''"))
 
-    node.visit(Finder())
+    walk(node, Finder())
     return found
 
 

@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.semantic import SemanticModel, argument, dotted_name, literal_value, peel_self_returning
+from dplint.semantic import SemanticModel, argument, children_of, dotted_name, literal_value, peel_self_returning
 
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 # Calls that make the process one rank of several (launched by torchrun, mp.spawn, a
@@ -184,7 +184,7 @@ def _attribute_values(model: SemanticModel, attribute: cst.Attribute) -> list[cs
     table = _ATTRIBUTE_VALUES.get(model)
     if table is None:
         table = {}
-        for node in _subtree(model.module):
+        for node in model.nodes():  # source order, as a walk of the tree would give them
             if isinstance(node, cst.Assign):
                 targets = [target.target for target in node.targets]
             elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
@@ -243,7 +243,7 @@ def _subtree(node: cst.CSTNode, into_calls: bool = True) -> Iterator[cst.CSTNode
             if callee not in _CONVERSIONS:
                 stack.append(current.func)
                 continue
-        stack.extend(reversed(current.children))
+        stack.extend(reversed(children_of(current)))
 
 
 # ------------------------------------------------------------------------ guards

@@ -1089,7 +1089,9 @@ def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
         def visit_Call(self, node) -> None:
             found.append(node)
 
-    function.visit(Collect())
+    from dplint.semantic import walk  # semantic imports this module
+
+    walk(function, Collect())
     return found
 
 

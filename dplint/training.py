@@ -45,6 +45,7 @@ from dplint.semantic import (
     SemanticModel,
     Wrapping,
     argument,
+    children_of,
     dotted_name,
     literal_value,
     method_call,
@@ -221,7 +222,7 @@ def _flow(model: SemanticModel, roots: list[cst.BaseExpression]) -> set[cst.CSTN
         elif isinstance(node, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
             continue
         else:
-            stack.extend((child, context) for child in node.children)
+            stack.extend((child, context) for child in children_of(node))
     return nodes
 
 

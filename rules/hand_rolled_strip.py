@@ -12,7 +12,7 @@ from dplint.checkpoints import CONSUME_PREFIX, CONSUME_PREFIX_MODULE, CONSUME_PR
 from dplint.distributed import enclosing_function, passed_for
 from dplint.fixes import ensure_import
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument, literal_value, method_call
+from dplint.semantic import SemanticModel, argument, literal_value, method_call, walk
 
 PREFIX = "module."
 GUARD_PREFIXES = ("module", "module.")
@@ -312,29 +312,24 @@ def _candidates(model: SemanticModel) -> Iterator[tuple[cst.BaseExpression, str,
         # Exactly the wrapper's prefix: `k.replace("module.visual.trunk.", "")` strips another one.
         if old in GUARD_PREFIXES and new == "":
             yield site.node, method[0].value, method[1]
-    found: list[tuple[cst.BaseExpression, str, str]] = []
-
-    class Subscripts(cst.CSTVisitor):
-        def visit_Subscript(self, node: cst.Subscript) -> None:
-            if len(node.slice) != 1:
-                return
-            part = node.slice[0].slice
-            if isinstance(node.value, cst.Name) and _cuts_prefix(model, part):
-                found.append((node, node.value.value, "slice"))
-                return
-            cut = _cut_at(model, node)
-            if cut is None:
-                return
-            kind, key = cut
-            if kind == "first" and isinstance(part, cst.Slice):
-                join = model.parent(model.parent(node))  # Subscript -> Arg -> Call
-                if not _is_dot_join(join):
-                    return
-                node = join
-            found.append((node, key, kind))
-
-    model.module.visit(Subscripts())
-    yield from found
+    subscripts = [node for node in model.nodes() if type(node) is cst.Subscript]  # no second tree walk
+    for node in subscripts:
+        if len(node.slice) != 1:
+            continue
+        part = node.slice[0].slice
+        if isinstance(node.value, cst.Name) and _cuts_prefix(model, part):
+            yield node, node.value.value, "slice"
+            continue
+        cut = _cut_at(model, node)
+        if cut is None:
+            continue
+        kind, key = cut
+        if kind == "first" and isinstance(part, cst.Slice):
+            join = model.parent(model.parent(node))  # Subscript -> Arg -> Call
+            if not _is_dot_join(join):
+                continue
+            node = join
+        yield node, key, kind
 
 
 def _cut_at(model: SemanticModel, node: cst.Subscript) -> Optional[tuple[str, str]]:
@@ -518,7 +513,7 @@ def _startswith_prefixes(model: SemanticModel, owner: cst.CSTNode, key: str) -> 
                 if isinstance(value, str):
                     prefixes.append(value)
 
-    owner.visit(Finder())
+    walk(owner, Finder())
     return prefixes
 
 
@@ -562,7 +557,7 @@ def _tests_for_module(model: SemanticModel, expr: cst.CSTNode) -> bool:
             if any(isinstance(t.operator, cst.In) for t in node.comparisons):
                 found = found or _prefix_value(model, node.left, node) in GUARD_PREFIXES
 
-    expr.visit(Finder())
+    walk(expr, Finder())
     return found
 
 
