@@ -20,6 +20,7 @@ cache can tell when a finding must be recomputed because an imported file change
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from typing import TYPE_CHECKING, Iterator, Optional
@@ -56,6 +57,7 @@ class Project:
         # Folders a run was started on: resolution never climbs above them.
         self.roots = tuple(os.path.abspath(root) for root in roots)
         self._models: dict[str, Optional[SemanticModel]] = {}
+        self._model_texts: dict[str, str] = {}  # file -> the text its model in `_models` was built from
         self._hashes: dict[str, str] = {}
         self._found: dict[tuple[str, str], Optional[str]] = {}  # (folder, dotted module) -> file
         self._resolved: dict[tuple[str, str], Optional[tuple[SemanticModel, cst.CSTNode]]] = {}
@@ -67,16 +69,36 @@ class Project:
         self._callers: dict[tuple, Optional[list]] = {}
 
     # ------------------------------------------------------------------- bookkeeping
-    def register(self, model: SemanticModel, raw: Optional[bytes] = None) -> None:
-        """The file being linted: resolving back into it must give this very model."""
+    def register(self, model: SemanticModel, raw: Optional[bytes] = None, text: Optional[str] = None) -> None:
+        """The file being linted: resolving back into it must give this very model (built
+        from `text`, when given: a file linting reaches again reuses it)."""
         path = os.path.abspath(model.path)
         self._models.pop(path, None)
         self._models[path] = model  # the newest entry: kept longest
+        self._model_texts.pop(path, None)
+        if text is not None:
+            self._model_texts[path] = text
         self._forget_oldest()
         if raw is not None:
             self._hashes[path] = content_key(raw)
         model.project = self
         self._reading = set()
+
+    def parsed(self, path: str, text: str) -> Optional[SemanticModel]:
+        """A model of `path` built from exactly `text` earlier in this process (the file was
+        imported by one linted before it), for linting it without parsing it again; None if
+        there is none. The copy shares the parsed tree and the tables collected from it, but not
+        what analysis memoised on the model (that is keyed by the model object): linting it
+        reads the project, and records what it read, as linting a fresh model would."""
+        path_key = os.path.abspath(path)
+        model = self._models.get(path_key)
+        if model is None or self._model_texts.get(path_key) != text:
+            return None
+        fresh = copy.copy(model)
+        fresh.path = path
+        fresh._flow = None
+        fresh._wrappings = None
+        return fresh
 
     def dependencies(self, linted_path: str) -> dict[str, str]:
         """{path: content hash} of the other files read since `register` (for the cache)."""
@@ -111,6 +133,7 @@ class Project:
             return None
         model.project = self
         self._models[path] = model
+        self._model_texts[path] = source.text
         self._forget_oldest()
         return model
 
@@ -119,6 +142,7 @@ class Project:
         while len(self._models) > MAX_MODELS:
             oldest = next(iter(self._models))
             del self._models[oldest]
+            self._model_texts.pop(oldest, None)
             for key in [k for k, v in self._resolved.items() if v is not None and os.path.abspath(v[0].path) == oldest]:
                 del self._resolved[key]
 
