@@ -65,7 +65,8 @@ class Project:
         self._closures: dict[tuple, dict[str, str]] = {}
         self._module_files: dict[tuple, tuple[str, ...]] = {}
         self._tree: dict[str, Optional[tuple[str, ...]]] = {}  # project root -> its .py files
-        self._texts: dict[str, Optional[str]] = {}  # file -> text, for the callers' text pre-check
+        self._texts: dict[str, Optional[str]] = {}  # file -> text, read once (pre-filter, callers' pre-check)
+        self._scans: dict[str, Optional[_ScannedText]] = {}
         self._callers: dict[tuple, Optional[list]] = {}
 
     # ------------------------------------------------------------------- bookkeeping
@@ -211,19 +212,18 @@ class Project:
                     if (other, name) in seen or other == own:
                         continue
                     seen.add((other, name))
-                    module_text = self._text(other)
-                    if module_text is None:
+                    scanned = self._scanned(other)
+                    if scanned is None:
                         continue
-                    piece = module_text if name is None else _definition_text(module_text, name)
+                    piece = scanned.text if name is None else scanned.definition(name)
                     if piece is None:
                         # Not defined there: a re-export (`from .x import name`), followed next.
-                        piece = _import_lines(module_text, name)
+                        piece = scanned.imports_naming(name)
                         if not piece:
                             continue
                     found.setdefault(other, []).append(piece)
                     # Next level: only the imports of names this definition uses.
-                    used = set(re.findall(r"\w+", piece))
-                    imports = [line for line in _import_lines(module_text).splitlines() if used & set(re.findall(r"\w+", line))]
+                    imports = scanned.import_lines_using(set(_WORD.findall(piece)))
                     if imports:
                         following.append((other, "\n".join(imports) + "\n" + piece))
             frontier = following
@@ -243,7 +243,7 @@ class Project:
                 return True
             if not attributes:
                 return any(word in text for word in words)
-            piece = _definition_text(text, attributes[0])
+            piece = self._scanned(module_file).definition(attributes[0])
             if piece is not None:
                 return any(word in piece for word in words)
             for match in _FROM_IMPORT.finditer(text):
@@ -258,14 +258,25 @@ class Project:
         return False
 
     def _text(self, path: str) -> Optional[str]:
-        try:
-            source = read_source(path)
-        except SourceError:
-            return None
-        if len(source.raw) > MAX_FILE_BYTES:
-            return None
-        self._hashes[path] = content_key(source.raw)
-        return source.text
+        """The file's text, read once per run (None: unreadable or too big)."""
+        if path not in self._texts:
+            text = None
+            try:
+                source = read_source(path)
+            except SourceError:
+                source = None
+            if source is not None and len(source.raw) <= MAX_FILE_BYTES:
+                self._hashes[path] = content_key(source.raw)
+                text = source.text
+            self._texts[path] = text
+        return self._texts[path]
+
+    def _scanned(self, path: str) -> Optional[_ScannedText]:
+        """The file's text with its imports and top-level definitions found (once per run)."""
+        if path not in self._scans:
+            text = self._text(path)
+            self._scans[path] = None if text is None else _ScannedText(text)
+        return self._scans[path]
 
     def _files_for_module(self, name: str, importer_path: str) -> tuple[str, ...]:
         """The file of module `name` as the importer would find it (empty: not a project module)."""
@@ -336,7 +347,7 @@ class Project:
         for path in files:
             if path == own:
                 continue
-            text = self._cached_text(path)
+            text = self._text(path)
             if (text is not None and all(word in text for word in words) and importing.search(text)
                     and _names_it(text, last, parts if len(words) == 1 else None)):
                 found.append(path)
@@ -358,11 +369,6 @@ class Project:
                     break
             self._tree[root] = tuple(files) if len(files) <= MAX_PROJECT_FILES else ()
         return root, self._tree[root]
-
-    def _cached_text(self, path: str) -> Optional[str]:
-        if path not in self._texts:
-            self._texts[path] = self._text(path)
-        return self._texts[path]
 
     # -------------------------------------------------------------------- resolution
     def resolve(self, qualified_name: str, importer: SemanticModel) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
@@ -463,6 +469,59 @@ class Project:
                     break
             self._found[key] = found
         return self._found[key]
+
+
+_WORD = re.compile(r"\w+")
+# A top-level `def name` / `class name` / `name = ...` / `name: ...`: what `_definition_text` looks for.
+_TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*[:=]", re.M)
+_NEXT_TOP_LEVEL = re.compile(r"^[^\s#@)\]}]", re.M)
+
+
+class _ScannedText:
+    """One file's text as the pre-filter reads it, each part found once: its import lines and
+    where each top-level definition starts (`_definition_text` and `_import_lines`, memoised)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._imports: Optional[list[str]] = None
+        self._import_words: Optional[list[tuple[str, set[str]]]] = None
+        self._starts: Optional[dict[str, tuple[int, int]]] = None
+        self._definitions: dict[str, Optional[str]] = {}
+
+    def definition(self, name: str) -> Optional[str]:
+        """`_definition_text(self.text, name)`."""
+        if name not in self._definitions:
+            if not name.isidentifier():
+                self._definitions[name] = _definition_text(self.text, name)
+            else:
+                if self._starts is None:
+                    self._starts = {}
+                    for match in _TOP_LEVEL_DEFINITION.finditer(self.text):
+                        self._starts.setdefault(match.group(1) or match.group(2), match.span())
+                span = self._starts.get(name)
+                piece = None
+                if span is not None:
+                    following = _NEXT_TOP_LEVEL.search(self.text, span[1])
+                    piece = self.text[span[0]: following.start() if following else len(self.text)]
+                self._definitions[name] = piece
+        return self._definitions[name]
+
+    def _import_statements(self) -> list[str]:
+        if self._imports is None:
+            self._imports = [m.group(0) for m in _FROM_IMPORT.finditer(self.text)] + [m.group(0) for m in _IMPORT.finditer(self.text)]
+        return self._imports
+
+    def imports_naming(self, name: str) -> str:
+        """`_import_lines(self.text, name)`."""
+        naming = re.compile(r"\b" + re.escape(name) + r"\b")
+        return "\n".join(line for line in self._import_statements() if naming.search(line))
+
+    def import_lines_using(self, used: set[str]) -> list[str]:
+        """The lines of the import statements that name one of `used`."""
+        if self._import_words is None:
+            lines = "\n".join(self._import_statements()).splitlines()
+            self._import_words = [(line, set(_WORD.findall(line))) for line in lines]
+        return [line for line, words in self._import_words if not used.isdisjoint(words)]
 
 
 def _attributes_used(text: str, alias: str) -> set[str]:

@@ -185,6 +185,7 @@ def run(
     force_exclude: bool = False,
 ) -> RunReport:
     files, problems = files_to_check(paths, settings, force_exclude)
+    _PROJECTS.clear()  # files are read as they are now: nothing parsed by an earlier run in this process
     reports: dict[str, FileReport] = {p.path: FileReport(p.path, [problem_finding(p.path, p.message)]) for p in problems}
     jobs = jobs or available_cpus()
     # Imports resolve up to the folders the run was started on (or a project root above a file).
