@@ -138,6 +138,20 @@ class Project:
         self._forget_oldest()
         return model
 
+    def parse_shared_imports(self, files: list[tuple[str, str]]) -> None:
+        """Parse now the project files that two or more of `files` ((path, text) pairs) import,
+        as their import closures tell: before a pool of workers forks, so that each worker
+        inherits them instead of parsing them again (a whole repository's workers otherwise
+        parse its central modules once each)."""
+        importers: dict[str, int] = {}
+        for path, text in files:
+            for other in self.import_closure(path, text):
+                importers[other] = importers.get(other, 0) + 1
+        for other, count in importers.items():
+            if count >= 2 and len(self._models) < MAX_MODELS:
+                self.model_for(other)
+        self._reading = None
+
     def _forget_oldest(self) -> None:
         """Drop the least recently parsed models beyond MAX_MODELS (they are parsed again if asked)."""
         while len(self._models) > MAX_MODELS:

@@ -79,3 +79,31 @@ def test_a_changed_text_is_parsed_again(tmp_path):
     project.model_for(str(tmp_path / "helpers.py"))
     assert project.parsed(str(tmp_path / "helpers.py"), "def build(model):\n    return model\n") is not None
     assert project.parsed(str(tmp_path / "helpers.py"), "def build(model):\n    return None\n") is None
+
+
+def test_files_two_others_import_are_parsed_before_the_pool_forks(tmp_path):
+    (tmp_path / "helpers.py").write_text("def build(model):\n    return model\n")
+    (tmp_path / "only_once.py").write_text("def load(path):\n    return path\n")
+    files = {
+        "a.py": "from helpers import build\nfrom only_once import load\n",
+        "b.py": "from helpers import build\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    project = Project((str(tmp_path),))
+    project.parse_shared_imports([(str(tmp_path / name), text) for name, text in files.items()])
+    assert set(project._models) == {str(tmp_path / "helpers.py")}
+    assert project.parsed(str(tmp_path / "helpers.py"), (tmp_path / "helpers.py").read_text()) is not None
+
+
+@pytest.mark.parametrize("folder", PROJECTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_pool_finds_what_one_process_finds(folder: Path, monkeypatch):
+    from dplint.config import Settings
+    from dplint.runner import run
+
+    def findings(jobs: int) -> list:
+        report = run([str(folder)], Settings(root=str(folder)), jobs=jobs)
+        return sorted((f.filename, f.location.row, f.location.column, f.code, f.message) for f in report.findings)
+
+    monkeypatch.setattr("dplint.runner.PARALLEL_THRESHOLD", 1)
+    assert findings(2) == findings(1)
