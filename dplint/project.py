@@ -139,17 +139,19 @@ class Project:
         return model
 
     def parse_shared_imports(self, files: list[tuple[str, str]]) -> None:
-        """Parse now the project files that two or more of `files` ((path, text) pairs) import,
-        as their import closures tell: before a pool of workers forks, so that each worker
-        inherits them instead of parsing them again (a whole repository's workers otherwise
-        parse its central modules once each)."""
+        """Parse now those of `files` ((path, text) pairs, all to be linted) that two or more
+        of them import, as their import closures tell: before a pool of workers forks, so
+        that the workers inherit them instead of each parsing them again (a whole
+        repository's central modules are imported by files in every worker). Only files to
+        be linted anyway: a parse here is never one that no worker would have made."""
+        linted = {os.path.abspath(path): text for path, text in files}
         importers: dict[str, int] = {}
         for path, text in files:
             for other in self.import_closure(path, text):
                 importers[other] = importers.get(other, 0) + 1
         for other, count in importers.items():
-            if count >= 2 and len(self._models) < MAX_MODELS:
-                self.model_for(other)
+            if count >= 2 and other in linted and len(self._models) < MAX_MODELS:
+                self.model_for(other)  # a file changed since the run read it is parsed again when linted
         self._reading = None
 
     def _forget_oldest(self) -> None:

@@ -84,14 +84,17 @@ def test_a_changed_text_is_parsed_again(tmp_path):
 def test_files_two_others_import_are_parsed_before_the_pool_forks(tmp_path):
     (tmp_path / "helpers.py").write_text("def build(model):\n    return model\n")
     (tmp_path / "only_once.py").write_text("def load(path):\n    return path\n")
+    (tmp_path / "not_linted.py").write_text("def log(text):\n    return text\n")
     files = {
-        "a.py": "from helpers import build\nfrom only_once import load\n",
-        "b.py": "from helpers import build\n",
+        "a.py": "from helpers import build\nfrom only_once import load\nfrom not_linted import log\n",
+        "b.py": "from helpers import build\nfrom not_linted import log\n",
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
+    linted = [*files, "helpers.py", "only_once.py"]
     project = Project((str(tmp_path),))
-    project.parse_shared_imports([(str(tmp_path / name), text) for name, text in files.items()])
+    project.parse_shared_imports([(str(tmp_path / name), (tmp_path / name).read_text()) for name in linted])
+    # helpers.py: linted, and imported twice; only_once.py: imported once; not_linted.py: not linted
     assert set(project._models) == {str(tmp_path / "helpers.py")}
     assert project.parsed(str(tmp_path / "helpers.py"), (tmp_path / "helpers.py").read_text()) is not None
 
