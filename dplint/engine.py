@@ -75,6 +75,9 @@ def lint_source(text: str, path: str, rules: Sequence[Rule], project=None) -> Li
     active = [rule for rule in rules if could_match(searched, rule)]
     if not active:
         return LintResult(dependencies=project.hashes(closure) if closure else {})
+    model = project.parsed(path, text) if project is not None else None
+    if model is not None:  # parsed already, as a file an earlier one imports
+        return _lint_module_guarded(text, path, model.module, active, rules, project, model)
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError:
@@ -92,21 +95,29 @@ def lint_source(text: str, path: str, rules: Sequence[Rule], project=None) -> Li
         return LintResult([parse_error_finding(path, f"cannot parse: {message}", row, column)])
     except (RecursionError, MemoryError) as error:
         return LintResult([parse_error_finding(path, f"cannot parse: {type(error).__name__}")])
+    return _lint_module_guarded(text, path, module, active, rules, project)
+
+
+def _lint_module_guarded(text: str, path: str, module: cst.Module, active: Sequence[Rule], rules: Sequence[Rule],
+                         project=None, model: Optional[SemanticModel] = None) -> LintResult:
     try:
-        return _lint_module(text, path, module, active, rules, project)
+        return _lint_module(text, path, module, active, rules, project, model)
     except RecursionError:
         pass
+    if model is not None:  # what the failed pass memoised on it is not to be trusted
+        model = project.parsed(path, text)
     try:  # deeply nested code: once more, on a thread with a deep stack
-        return call_with_deep_stack(_lint_module, text, path, module, active, rules, project)
+        return call_with_deep_stack(_lint_module, text, path, module, active, rules, project, model)
     except RecursionError:
         return LintResult([parse_error_finding(path, "cannot analyse: nested too deeply")])
 
 
 def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule], rules: Sequence[Rule],
-                 project=None) -> LintResult:
-    model = SemanticModel(module, path)
+                 project=None, model: Optional[SemanticModel] = None) -> LintResult:
+    if model is None:
+        model = SemanticModel(module, path)
     if project is not None:
-        project.register(model)
+        project.register(model, text=text)
     result = LintResult()
     reported: list[tuple[Rule, Violation]] = []
     for rule in active:

@@ -20,6 +20,7 @@ cache can tell when a finding must be recomputed because an imported file change
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from typing import TYPE_CHECKING, Iterator, Optional
@@ -56,6 +57,7 @@ class Project:
         # Folders a run was started on: resolution never climbs above them.
         self.roots = tuple(os.path.abspath(root) for root in roots)
         self._models: dict[str, Optional[SemanticModel]] = {}
+        self._model_texts: dict[str, str] = {}  # file -> the text its model in `_models` was built from
         self._hashes: dict[str, str] = {}
         self._found: dict[tuple[str, str], Optional[str]] = {}  # (folder, dotted module) -> file
         self._resolved: dict[tuple[str, str], Optional[tuple[SemanticModel, cst.CSTNode]]] = {}
@@ -63,20 +65,41 @@ class Project:
         self._closures: dict[tuple, dict[str, str]] = {}
         self._module_files: dict[tuple, tuple[str, ...]] = {}
         self._tree: dict[str, Optional[tuple[str, ...]]] = {}  # project root -> its .py files
-        self._texts: dict[str, Optional[str]] = {}  # file -> text, for the callers' text pre-check
+        self._texts: dict[str, Optional[str]] = {}  # file -> text, read once (pre-filter, callers' pre-check)
+        self._scans: dict[str, Optional[_ScannedText]] = {}
         self._callers: dict[tuple, Optional[list]] = {}
 
     # ------------------------------------------------------------------- bookkeeping
-    def register(self, model: SemanticModel, raw: Optional[bytes] = None) -> None:
-        """The file being linted: resolving back into it must give this very model."""
+    def register(self, model: SemanticModel, raw: Optional[bytes] = None, text: Optional[str] = None) -> None:
+        """The file being linted: resolving back into it must give this very model (built
+        from `text`, when given: a file linting reaches again reuses it)."""
         path = os.path.abspath(model.path)
         self._models.pop(path, None)
         self._models[path] = model  # the newest entry: kept longest
+        self._model_texts.pop(path, None)
+        if text is not None:
+            self._model_texts[path] = text
         self._forget_oldest()
         if raw is not None:
             self._hashes[path] = content_key(raw)
         model.project = self
         self._reading = set()
+
+    def parsed(self, path: str, text: str) -> Optional[SemanticModel]:
+        """A model of `path` built from exactly `text` earlier in this process (the file was
+        imported by one linted before it), for linting it without parsing it again; None if
+        there is none. The copy shares the parsed tree and the tables collected from it, but not
+        what analysis memoised on the model (that is keyed by the model object): linting it
+        reads the project, and records what it read, as linting a fresh model would."""
+        path_key = os.path.abspath(path)
+        model = self._models.get(path_key)
+        if model is None or self._model_texts.get(path_key) != text:
+            return None
+        fresh = copy.copy(model)
+        fresh.path = path
+        fresh._flow = None
+        fresh._wrappings = None
+        return fresh
 
     def dependencies(self, linted_path: str) -> dict[str, str]:
         """{path: content hash} of the other files read since `register` (for the cache)."""
@@ -111,14 +134,32 @@ class Project:
             return None
         model.project = self
         self._models[path] = model
+        self._model_texts[path] = source.text
         self._forget_oldest()
         return model
+
+    def parse_shared_imports(self, files: list[tuple[str, str]]) -> None:
+        """Parse now those of `files` ((path, text) pairs, all to be linted) that two or more
+        of them import, as their import closures tell: before a pool of workers forks, so
+        that the workers inherit them instead of each parsing them again (a whole
+        repository's central modules are imported by files in every worker). Only files to
+        be linted anyway: a parse here is never one that no worker would have made."""
+        linted = {os.path.abspath(path): text for path, text in files}
+        importers: dict[str, int] = {}
+        for path, text in files:
+            for other in self.import_closure(path, text):
+                importers[other] = importers.get(other, 0) + 1
+        for other, count in importers.items():
+            if count >= 2 and other in linted and len(self._models) < MAX_MODELS:
+                self.model_for(other)  # a file changed since the run read it is parsed again when linted
+        self._reading = None
 
     def _forget_oldest(self) -> None:
         """Drop the least recently parsed models beyond MAX_MODELS (they are parsed again if asked)."""
         while len(self._models) > MAX_MODELS:
             oldest = next(iter(self._models))
             del self._models[oldest]
+            self._model_texts.pop(oldest, None)
             for key in [k for k, v in self._resolved.items() if v is not None and os.path.abspath(v[0].path) == oldest]:
                 del self._resolved[key]
 
@@ -187,19 +228,18 @@ class Project:
                     if (other, name) in seen or other == own:
                         continue
                     seen.add((other, name))
-                    module_text = self._text(other)
-                    if module_text is None:
+                    scanned = self._scanned(other)
+                    if scanned is None:
                         continue
-                    piece = module_text if name is None else _definition_text(module_text, name)
+                    piece = scanned.text if name is None else scanned.definition(name)
                     if piece is None:
                         # Not defined there: a re-export (`from .x import name`), followed next.
-                        piece = _import_lines(module_text, name)
+                        piece = scanned.imports_naming(name)
                         if not piece:
                             continue
                     found.setdefault(other, []).append(piece)
                     # Next level: only the imports of names this definition uses.
-                    used = set(re.findall(r"\w+", piece))
-                    imports = [line for line in _import_lines(module_text).splitlines() if used & set(re.findall(r"\w+", line))]
+                    imports = scanned.import_lines_using(set(_WORD.findall(piece)))
                     if imports:
                         following.append((other, "\n".join(imports) + "\n" + piece))
             frontier = following
@@ -219,7 +259,7 @@ class Project:
                 return True
             if not attributes:
                 return any(word in text for word in words)
-            piece = _definition_text(text, attributes[0])
+            piece = self._scanned(module_file).definition(attributes[0])
             if piece is not None:
                 return any(word in piece for word in words)
             for match in _FROM_IMPORT.finditer(text):
@@ -234,14 +274,25 @@ class Project:
         return False
 
     def _text(self, path: str) -> Optional[str]:
-        try:
-            source = read_source(path)
-        except SourceError:
-            return None
-        if len(source.raw) > MAX_FILE_BYTES:
-            return None
-        self._hashes[path] = content_key(source.raw)
-        return source.text
+        """The file's text, read once per run (None: unreadable or too big)."""
+        if path not in self._texts:
+            text = None
+            try:
+                source = read_source(path)
+            except SourceError:
+                source = None
+            if source is not None and len(source.raw) <= MAX_FILE_BYTES:
+                self._hashes[path] = content_key(source.raw)
+                text = source.text
+            self._texts[path] = text
+        return self._texts[path]
+
+    def _scanned(self, path: str) -> Optional[_ScannedText]:
+        """The file's text with its imports and top-level definitions found (once per run)."""
+        if path not in self._scans:
+            text = self._text(path)
+            self._scans[path] = None if text is None else _ScannedText(text)
+        return self._scans[path]
 
     def _files_for_module(self, name: str, importer_path: str) -> tuple[str, ...]:
         """The file of module `name` as the importer would find it (empty: not a project module)."""
@@ -312,7 +363,7 @@ class Project:
         for path in files:
             if path == own:
                 continue
-            text = self._cached_text(path)
+            text = self._text(path)
             if (text is not None and all(word in text for word in words) and importing.search(text)
                     and _names_it(text, last, parts if len(words) == 1 else None)):
                 found.append(path)
@@ -334,11 +385,6 @@ class Project:
                     break
             self._tree[root] = tuple(files) if len(files) <= MAX_PROJECT_FILES else ()
         return root, self._tree[root]
-
-    def _cached_text(self, path: str) -> Optional[str]:
-        if path not in self._texts:
-            self._texts[path] = self._text(path)
-        return self._texts[path]
 
     # -------------------------------------------------------------------- resolution
     def resolve(self, qualified_name: str, importer: SemanticModel) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
@@ -447,6 +493,59 @@ class Project:
                     break
             self._found[key] = found
         return self._found[key]
+
+
+_WORD = re.compile(r"\w+")
+# A top-level `def name` / `class name` / `name = ...` / `name: ...`: what `_definition_text` looks for.
+_TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*[:=]", re.M)
+_NEXT_TOP_LEVEL = re.compile(r"^[^\s#@)\]}]", re.M)
+
+
+class _ScannedText:
+    """One file's text as the pre-filter reads it, each part found once: its import lines and
+    where each top-level definition starts (`_definition_text` and `_import_lines`, memoised)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._imports: Optional[list[str]] = None
+        self._import_words: Optional[list[tuple[str, set[str]]]] = None
+        self._starts: Optional[dict[str, tuple[int, int]]] = None
+        self._definitions: dict[str, Optional[str]] = {}
+
+    def definition(self, name: str) -> Optional[str]:
+        """`_definition_text(self.text, name)`."""
+        if name not in self._definitions:
+            if not name.isidentifier():
+                self._definitions[name] = _definition_text(self.text, name)
+            else:
+                if self._starts is None:
+                    self._starts = {}
+                    for match in _TOP_LEVEL_DEFINITION.finditer(self.text):
+                        self._starts.setdefault(match.group(1) or match.group(2), match.span())
+                span = self._starts.get(name)
+                piece = None
+                if span is not None:
+                    following = _NEXT_TOP_LEVEL.search(self.text, span[1])
+                    piece = self.text[span[0]: following.start() if following else len(self.text)]
+                self._definitions[name] = piece
+        return self._definitions[name]
+
+    def _import_statements(self) -> list[str]:
+        if self._imports is None:
+            self._imports = [m.group(0) for m in _FROM_IMPORT.finditer(self.text)] + [m.group(0) for m in _IMPORT.finditer(self.text)]
+        return self._imports
+
+    def imports_naming(self, name: str) -> str:
+        """`_import_lines(self.text, name)`."""
+        naming = re.compile(r"\b" + re.escape(name) + r"\b")
+        return "\n".join(line for line in self._import_statements() if naming.search(line))
+
+    def import_lines_using(self, used: set[str]) -> list[str]:
+        """The lines of the import statements that name one of `used`."""
+        if self._import_words is None:
+            lines = "\n".join(self._import_statements()).splitlines()
+            self._import_words = [(line, set(_WORD.findall(line))) for line in lines]
+        return [line for line, words in self._import_words if not used.isdisjoint(words)]
 
 
 def _attributes_used(text: str, alias: str) -> set[str]:

@@ -185,6 +185,7 @@ def run(
     force_exclude: bool = False,
 ) -> RunReport:
     files, problems = files_to_check(paths, settings, force_exclude)
+    _PROJECTS.clear()  # files are read as they are now: nothing parsed by an earlier run in this process
     reports: dict[str, FileReport] = {p.path: FileReport(p.path, [problem_finding(p.path, p.message)]) for p in problems}
     jobs = jobs or available_cpus()
     # Imports resolve up to the folders the run was started on (or a project root above a file).
@@ -234,6 +235,8 @@ def run(
         todo.append((path, settings, fix, roots) if fix is not None else (path, source.text, settings, roots))
     # Largest first, so that no worker is left with a big file at the end.
     todo.sort(key=lambda item: -sizes[item[0]])
+    if fix is None and _pooled(todo, jobs):
+        _parse_shared_imports(project_for(roots), [(item[0], item[1]) for item in todo])
     for report in _map(_lint_one if fix is None else _fix_one, todo, jobs):
         reports[report.path] = report
         if cache is not None and not report.errors:
@@ -332,9 +335,24 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _pooled(items: list, jobs: int) -> bool:
+    """Whether `_map` runs the items in a process pool."""
+    return jobs > 1 and len(items) >= PARALLEL_THRESHOLD
+
+
+def _parse_shared_imports(project, files: list[tuple[str, str]]) -> None:
+    """`Project.parse_shared_imports` before the pool forks; a failure only costs time."""
+    import dplint.engine  # noqa: F401  (LibCST and the rules, imported once for every worker)
+
+    try:
+        call_with_deep_stack(project.parse_shared_imports, files)
+    except Exception:
+        pass
+
+
 def _map(function, items: list, jobs: int) -> list[FileReport]:
     """`function` over `items`, in a process pool when there are enough of them to pay for it."""
-    if jobs <= 1 or len(items) < PARALLEL_THRESHOLD:
+    if not _pooled(items, jobs):
         return [function(item) for item in items]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
