@@ -112,8 +112,12 @@ class CollectiveUnderRankGuard(Rule):
     # Apache license header.
     tokens = (
         ("distributed", "barrier"), ("distributed", "all_reduce"), ("distributed", "all_gather"),
-        ("distributed", "broadcast"), ("distributed", "reduce"), ("distributed", "gather"),
-        ("distributed", "scatter"), ("distributed", "all_to_all"),
+        ("distributed", "broadcast"), ("distributed", "all_to_all"),
+        # `reduce`, `gather`, `scatter` are common words (`accelerator.gather(...)`): spelled
+        # as torch.distributed's own, through `dist.` / `distributed.` or imported from it
+        ("distributed", "dist.reduce"), ("distributed", "dist.gather"), ("distributed", "dist.scatter"),
+        ("torch.distributed import", "reduce"), ("torch.distributed import", "gather"),
+        ("torch.distributed import", "scatter"),
         ("DistributedDataParallel", "backward"),  # DDP's backward all-reduces
     )
 
