@@ -3,6 +3,8 @@ where a sampler goes (its loaders, the loops over them), and which loops are epo
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -15,6 +17,7 @@ from dplint.semantic import (
     SemanticModel,
     argument,
     dotted_name,
+    is_docstring,
     literal_value,
     peel_self_returning,
     static_truth,
@@ -237,10 +240,18 @@ class SamplerFlow:
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
     """`DistributedSampler(ds)` or with a provably true `shuffle` (its default is True)."""
+    return distributed_sampler_shuffles(model, call) is True
+
+
+def distributed_sampler_shuffles(model: SemanticModel, call: cst.Call) -> Optional[bool]:
+    """Whether a `DistributedSampler(...)` construction shuffles: True by default or with a
+    provably true `shuffle`; None when `shuffle` is a value the code can't tell (a config
+    entry: `shuffle=opt["shuffle"]`), which shuffles on the runs that set it; False when it
+    is provably false, is not a DistributedSampler, or takes `*args`/`**kwargs`."""
     if model.qualified_name(call.func) != DISTRIBUTED_SAMPLER or any(arg.star for arg in call.args):
         return False
     shuffle = argument(call, *SAMPLER_SHUFFLE)
-    return shuffle is None or static_truth(model, shuffle, call) is True
+    return True if shuffle is None else static_truth(model, shuffle, call)
 
 
 def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -786,8 +797,16 @@ def _callee_runs_backward(model: SemanticModel, call: cst.Call, depth: int) -> b
     callee = model.flow.callee(call)
     function = callee.function if callee is not None and isinstance(callee.node, cst.FunctionDef) else None
     if function is None:
+        if callee is None and isinstance(call.func, cst.Attribute) and model.qualified_name(call.func) is None:
+            # `model.optimize_parameters(step)` on an object built by a factory that picks
+            # one of several classes: a method every class of the project trains in.
+            methods = project_methods(model, call.func.attr.value)
+            return bool(methods) and all(_function_runs_backward(other, method, depth) for other, method in methods)
         return False
-    other = callee.model
+    return _function_runs_backward(callee.model, function, depth)
+
+
+def _function_runs_backward(other: SemanticModel, function: cst.FunctionDef, depth: int) -> bool:
     memo = other.flow.__dict__.setdefault("_runs_backward", {})
     if function in memo:
         return memo[function]
@@ -798,6 +817,62 @@ def _callee_runs_backward(model: SemanticModel, call: cst.Call, depth: int) -> b
     )
     memo[function] = found
     return found
+
+
+# Beyond this many definitions, a method name is too common to stand for one behaviour.
+MAX_METHODS_NAMED = 8
+
+
+def project_methods(model: SemanticModel, name: str) -> list[tuple[SemanticModel, cst.FunctionDef]]:
+    """(model, method) for every method called `name` that a class of the project defines
+    (this file included); empty without a project, for a private or dunder name, or when
+    more than MAX_METHODS_NAMED are found. For calls on an object whose class the code
+    picks at run time (`define_model(opt).optimize_parameters()`)."""
+    project = model.project
+    if project is None or name.startswith("_"):
+        return []
+    memo = project.__dict__.setdefault("_methods_named", {})
+    own = os.path.abspath(model.path)
+    _, files = project._project_files(own)
+    key = (files, name)
+    if key not in memo:
+        pattern = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+" + re.escape(name) + r"\b", re.M)
+        found: list = []
+        for path in files:
+            if path != own:
+                text = project._cached_text(path)
+                if text is None or not pattern.search(text):
+                    continue
+            other = model if path == own else project.model_for(path)
+            if other is None:
+                continue
+            found += [(other, node) for node in other.functions.get(name, ())
+                      if isinstance(other.parent(other.parent(node)), cst.ClassDef) and not _is_stub(node)]
+            if len(found) > MAX_METHODS_NAMED:
+                found = []
+                break
+        memo[key] = found
+    return memo[key]
+
+
+def _is_stub(function: cst.FunctionDef) -> bool:
+    """A body of only a docstring, `pass`, `...` or `raise NotImplementedError`: an abstract
+    method that the classes which run it override."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else (function.body,)
+    for statement in body:
+        if is_docstring(statement):
+            continue
+        small = statement.body if isinstance(statement, cst.SimpleStatementLine) else ()
+        for part in small:
+            if isinstance(part, cst.Pass) or isinstance(part, cst.Expr) and isinstance(part.value, cst.Ellipsis):
+                continue
+            raised = part.exc.func if isinstance(part, cst.Raise) and isinstance(part.exc, cst.Call) else getattr(part, "exc", None)
+            if isinstance(part, cst.Raise) and raised is not None and dotted_name(raised) == "NotImplementedError":
+                continue
+            return False
+        if not small:
+            return False
+    return True
 
 
 def epoch_count_loop(model: SemanticModel, loop: cst.CSTNode) -> Optional[str]:

@@ -9,9 +9,10 @@ import libcst as cst
 
 from dplint.data import (
     SAMPLER_SEED,
+    SAMPLER_SHUFFLE,
     SamplerFlow,
     epoch_count_loop,
-    is_shuffling_distributed_sampler,
+    distributed_sampler_shuffles,
     returns_shuffling_sampler,
     trace_sampler,
 )
@@ -204,7 +205,8 @@ class MissingSetEpoch(Rule):
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         for site in model.calls:
             sampler = site.node
-            built_here = is_shuffling_distributed_sampler(model, sampler)
+            shuffles = distributed_sampler_shuffles(model, sampler)
+            built_here = shuffles is not False
             if not (built_here or returns_shuffling_sampler(model, sampler)):
                 continue
             flow = trace_sampler(model, sampler)
@@ -220,7 +222,7 @@ class MissingSetEpoch(Rule):
             yield Violation(
                 node=sampler,
                 message=(
-                    ("This DistributedSampler shuffles" if built_here else
+                    (f"This DistributedSampler shuffles{_when(model, sampler, shuffles)}" if built_here else
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
                     + ", but `set_epoch()` is never called on it: it "
                     f"seeds its order with `seed + epoch`, so every epoch of the loop at line {line} "
@@ -248,6 +250,13 @@ class MissingSetEpoch(Rule):
             f"Call `{sampler}.set_epoch({epoch})` at the start of each epoch",
             (Edit(first, f"{sampler}.set_epoch({epoch})", EditKind.INSERT_BEFORE_STATEMENT),),
         )
+
+
+def _when(model: SemanticModel, sampler: cst.Call, shuffles: Optional[bool]) -> str:
+    """`shuffle=opt["shuffle"]`: the order repeats on the runs where that value is true."""
+    if shuffles is True:
+        return ""
+    return f" whenever `shuffle={model.code(argument(sampler, *SAMPLER_SHUFFLE))}` is true"
 
 
 def _shown_path(path: str) -> str:
