@@ -23,7 +23,7 @@ from dplint.semantic import (
     static_truth,
 )
 from dplint.distributed import enclosing_function
-from dplint.flow import consistent
+from dplint.flow import class_method, consistent
 from dplint.training import backprops
 
 # torch's own samplers: any of them next to a truthy `shuffle` makes DataLoader raise.
@@ -183,7 +183,7 @@ BATCH_SAMPLERS = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.Bat
 BATCH_SAMPLER_SAMPLER = (0, "sampler")
 
 # Builtins that take a sampler or loader without keeping or changing it.
-HARMLESS_BUILTINS = {"len", "isinstance"}
+HARMLESS_BUILTINS = {"len", "isinstance", "print", "str", "repr", "type", "id"}
 # Callables whose result, iterated by a `for`, iterates their argument once, in order.
 ITERATION_BUILTINS = {"enumerate", "zip", "iter"}
 TQDM_NAMES = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm"}
@@ -244,14 +244,106 @@ def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bo
 
 
 def distributed_sampler_shuffles(model: SemanticModel, call: cst.Call) -> Optional[bool]:
-    """Whether a `DistributedSampler(...)` construction shuffles: True by default or with a
-    provably true `shuffle`; None when `shuffle` is a value the code can't tell (a config
-    entry: `shuffle=opt["shuffle"]`), which shuffles on the runs that set it; False when it
-    is provably false, is not a DistributedSampler, or takes `*args`/`**kwargs`."""
-    if model.qualified_name(call.func) != DISTRIBUTED_SAMPLER or any(arg.star for arg in call.args):
+    """Whether a construction of a sampler seeded by its epoch shuffles: True by default or
+    with a provably true `shuffle`; None when `shuffle` is a value the code can't tell (a
+    config entry: `shuffle=opt["shuffle"]`), which shuffles on the runs that set it; False
+    when it is provably false, is no such sampler, or takes `*args`/`**kwargs`."""
+    shuffle = epoch_sampler_shuffle(model, call)
+    if shuffle is None:
         return False
-    shuffle = argument(call, *SAMPLER_SHUFFLE)
-    return True if shuffle is None else static_truth(model, shuffle, call)
+    return True if shuffle is _DEFAULT_TRUE else static_truth(model, shuffle, call)
+
+
+_DEFAULT_TRUE = cst.Name("True")
+
+
+def epoch_sampler_shuffle(model: SemanticModel, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The `shuffle` value of a construction of a sampler whose order is seeded by its epoch
+    (`_DEFAULT_TRUE` when it shuffles by default, or has no `shuffle` to turn off); None
+    when the call is no such sampler or passes `*args`/`**kwargs`. Such a sampler is torch's
+    `DistributedSampler`, or a class of the project (named `...Sampler`) that defines
+    `set_epoch` storing its argument in `self.<x>` and whose `__iter__` reads `self.<x>`
+    (its own or a base's; torch's when it derives from `DistributedSampler`)."""
+    if any(arg.star for arg in call.args):
+        return None
+    if model.qualified_name(call.func) == DISTRIBUTED_SAMPLER:
+        shuffle = argument(call, *SAMPLER_SHUFFLE)
+        return _DEFAULT_TRUE if shuffle is None else shuffle
+    name = dotted_name(call.func)
+    if name is None or not name.rpartition(".")[2].endswith("Sampler"):
+        return None
+    callee = model.flow.callee(call)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return None
+    chain, torch_base = _class_chain(callee.model, callee.node)
+    if not _seeded_by_epoch(chain, torch_base):
+        return None
+    init = next((method for other, node in chain if (method := class_method(node, "__init__")) is not None), None)
+    if init is None:
+        given = argument(call, *SAMPLER_SHUFFLE) if torch_base else None
+        return _DEFAULT_TRUE if given is None else given
+    param = next((p for p in (*init.params.params, *init.params.kwonly_params) if p.name.value == "shuffle"), None)
+    if param is None:
+        return _DEFAULT_TRUE  # nothing turns its shuffle off
+    for arg in call.args:
+        if _parameter_for(model, call, arg, init, True) == "shuffle":
+            return arg.value
+    if param.default is None:
+        return None
+    try:
+        return _DEFAULT_TRUE if literal_value(param.default) else cst.Name("False")
+    except ValueError:
+        return param.default
+
+
+def _class_chain(model: SemanticModel, node: cst.ClassDef, depth: int = 4) -> tuple[list, bool]:
+    """([(model, class)] the class and its project bases, first bases first; whether one of
+    them derives from torch's DistributedSampler)."""
+    chain, torch_base = [(model, node)], False
+    for base in node.bases:
+        qualified = model.qualified_name(base.value)
+        if qualified == DISTRIBUTED_SAMPLER:
+            torch_base = True
+            continue
+        found = None
+        if isinstance(base.value, cst.Name) and base.value.value in model.classes:
+            found = (model, model.classes[base.value.value])
+        elif qualified and model.project is not None and depth > 0:
+            found = model.project.resolve(qualified, model)
+        if found is not None and isinstance(found[1], cst.ClassDef) and depth > 0:
+            more, more_torch = _class_chain(found[0], found[1], depth - 1)
+            chain += more
+            torch_base = torch_base or more_torch
+    return chain, torch_base
+
+
+def _seeded_by_epoch(chain: list, torch_base: bool) -> bool:
+    """The first `__iter__` of the chain reads an attribute the first `set_epoch` stores
+    (torch's own when neither is overridden, or when `__iter__` calls `super().__iter__()`)."""
+    set_epoch = next((method for _, node in chain if (method := class_method(node, "set_epoch")) is not None), None)
+    iterate = next((method for _, node in chain if (method := class_method(node, "__iter__")) is not None), None)
+    stored = _self_attributes_stored(set_epoch) if set_epoch is not None else ({"epoch"} if torch_base else set())
+    if iterate is None:
+        return torch_base and bool(stored)
+    if torch_base and "super().__iter__" in cst.Module([]).code_for_node(iterate).replace(" ", ""):
+        return True
+    return any(isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+               and node.attr.value in stored for node in _walk(iterate))
+
+
+def _self_attributes_stored(function: cst.FunctionDef) -> set[str]:
+    return {target.target.attr.value for node in _walk(function) if isinstance(node, cst.Assign)
+            for target in node.targets
+            if isinstance(target.target, cst.Attribute) and isinstance(target.target.value, cst.Name)
+            and target.target.value.value == "self"}
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
 
 
 def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -307,7 +399,7 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         _follow_argument(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, cst.For) and parent.iter is occurrence:
-        flow.iterations.append(_iteration(model, parent))
+        flow.iterations.append(_iteration(model, parent, flow.entered))
         return
     if path and path[0].startswith("["):
         # An element of a tuple: `train_dl, val_dl = make_loaders()` or `make_loaders()[0]`.
@@ -496,10 +588,10 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, ("batch_sampler", *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
-    elif builtin_name(model, call.func) in HARMLESS_BUILTINS:
+    elif builtin_name(model, call.func) in HARMLESS_BUILTINS or _formats_text(call):
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
-        flow.iterations.append(_iteration(model, iterating_loop(model, call)))
+        flow.iterations.append(_iteration(model, iterating_loop(model, call), flow.entered))
     elif model.qualified_name(call.func) in TQDM_NAMES and argument(call, 0, "iterable") is value:
         # `loader = tqdm(loader)`: iterating the progress bar iterates the loader, once.
         _follow(model, call, path, flow, seen, False)
@@ -507,6 +599,13 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
     elif not _follow_into_callee(model, call, arg, path, flow, seen, certain):
         flow.escapes = True  # handed to code we can't see into: it may call set_epoch
+
+
+def _formats_text(call: cst.Call) -> bool:
+    """`"got sampler={}".format(sampler)`: only its text is used."""
+    func = call.func
+    return (isinstance(func, cst.Attribute) and func.attr.value == "format"
+            and isinstance(func.value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
 def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow,
@@ -532,7 +631,24 @@ def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path
         _follow_binding(other, binding, path, flow, seen, certain)
     finally:
         flow.entered.pop()
+    if isinstance(callee.node, cst.ClassDef) and class_method(callee.node, "__iter__") is not None:
+        # A batch sampler of the project (`PairBatchSampler(ds, sampler, 8)`) keeping it as
+        # `self.sampler`: the instance reaches it through that attribute.
+        for kept in _kept_as(function, name):
+            _follow(model, call, (kept, *path), flow, seen, certain)
     return True
+
+
+def _kept_as(init: cst.FunctionDef, parameter: str) -> list[str]:
+    """`x` for each `self.x = <parameter>` statement of a constructor's own body."""
+    kept = []
+    for statement in init.body.body if isinstance(init.body, cst.IndentedBlock) else ():
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if (isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == parameter
+                    and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Attribute)
+                    and isinstance(small.targets[0].target.value, cst.Name) and small.targets[0].target.value.value == "self"):
+                kept.append(small.targets[0].target.attr.value)
+    return kept
 
 
 def _parameter_for(model: SemanticModel, call: cst.Call, arg: cst.Arg, function: cst.FunctionDef, bound: bool) -> Optional[str]:
@@ -574,13 +690,18 @@ def _follow_return(model: SemanticModel, statement: cst.Return, path: tuple[str,
         _follow(caller, call, path, flow, seen, certain)
 
 
-def _iteration(model: SemanticModel, node: cst.CSTNode) -> Iteration:
+def _iteration(model: SemanticModel, node: cst.CSTNode, entered: list = (), depth: int = 3) -> Iteration:
     """Where a loop over the loader (or an `iter(loader)`) runs again and whether it trains:
     the loops around it, else around the calls of its function; a generator that yields
     its batches trains when what consumes it does."""
     function = _enclosing_function(model, node)
     if isinstance(node, cst.For) and function is not None and model.flow.is_generator(function):
-        return Iteration(model, node, loops_around(model, node), _generator_trains(model, function), False)
+        around = loops_around(model, node)
+        if not around:
+            passed_on = _consumers_iteration(model, function, entered, depth)
+            if passed_on is not None:
+                return passed_on
+        return Iteration(model, node, around, _generator_trains(model, function), False)
     if isinstance(node, cst.Call):  # iter(loader): each call starts a new pass
         around = loops_around(model, node)
         trains = bool(around) and runs_backward(model, around[-1])
@@ -593,6 +714,26 @@ def _iteration(model: SemanticModel, node: cst.CSTNode) -> Iteration:
         return Iteration(model, node, around, runs_backward(model, node))
     where, around = _loops_around_calls(model, function, 3)
     return Iteration(model, node, around, runs_backward(model, node), False, where)
+
+
+def _consumers_iteration(model: SemanticModel, generator: cst.FunctionDef, entered: list, depth: int) -> Optional[Iteration]:
+    """A generator that passes the loader's batches on, one pass per call (`for obj in
+    iterable: ...; yield obj`, a progress logger's `log_every`): the loop over its call (in
+    any file of the project) iterates the loader. The first such loop that trains in an
+    epoch loop, as an iteration no fix may edit; None when there is none. Entered through
+    a parameter (`flow.entered`), only the call that passed the loader counts."""
+    if depth <= 0:
+        return None
+    through = [(caller, call, None) for function, caller, call in entered if function is generator]
+    for caller, call, _ in through[-1:] or model.flow.all_call_sites(generator) or ():
+        loop = iterating_loop(caller, call)
+        if loop is None:
+            continue
+        consumer = _iteration(caller, loop, (), depth - 1)
+        if consumer.epoch_loops and consumer.trains:
+            consumer.fixable = False
+            return consumer
+    return None
 
 
 def _enclosing_function(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
@@ -710,10 +851,17 @@ def _attribute_stays_in_class(model: SemanticModel, binding: Binding) -> bool:
     attribute = key[len("self."):]
     for node, scope, _ in model.references.get(attribute, ()):
         parent = model.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
+        if isinstance(parent, cst.Attribute) and parent.attr is node and not _names_a_module(model, parent):
             if model.binding_key(parent, parent) != key or scope.class_scope is not owner:
                 return False  # `trainer.loader`, or a subclass's `self.loader`
     return True
+
+
+def _names_a_module(model: SemanticModel, attribute: cst.Attribute) -> bool:
+    """`torch.utils.data.sampler` in an import, or an imported module's attribute: no object's."""
+    if model.qualified_name(attribute) is not None:
+        return True
+    return any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in model.ancestors(attribute))
 
 
 def _is_load(model: SemanticModel, node: cst.CSTNode) -> bool:

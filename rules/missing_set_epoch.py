@@ -9,15 +9,15 @@ import libcst as cst
 
 from dplint.data import (
     SAMPLER_SEED,
-    SAMPLER_SHUFFLE,
     SamplerFlow,
     epoch_count_loop,
     distributed_sampler_shuffles,
+    epoch_sampler_shuffle,
     returns_shuffling_sampler,
     trace_sampler,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument, literal_value
+from dplint.semantic import DISTRIBUTED_SAMPLER, SemanticModel, argument, literal_value
 
 
 class MissingSetEpoch(Rule):
@@ -110,7 +110,7 @@ class MissingSetEpoch(Rule):
     severity = Severity.ERROR
     summary = "shuffling DistributedSampler without set_epoch(): every epoch repeats one order"
     fix_applicability = Applicability.SAFE
-    tokens = ("DistributedSampler",)
+    tokens = ("Sampler",)
 
     VALID = (
         # set_epoch through the loader.
@@ -222,10 +222,11 @@ class MissingSetEpoch(Rule):
             yield Violation(
                 node=sampler,
                 message=(
-                    (f"This DistributedSampler shuffles{_when(model, sampler, shuffles)}" if built_here else
+                    (f"This {_kind(model, sampler)} shuffles{_when(model, sampler, shuffles)}" if built_here else
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
-                    + ", but `set_epoch()` is never called on it: it "
-                    f"seeds its order with `seed + epoch`, so every epoch of the loop at line {line} "
+                    + ", but `set_epoch()` is never called on it: it seeds its order with "
+                    + ("`seed + epoch`" if _kind(model, sampler) == "DistributedSampler" else "its epoch")
+                    + f", so every epoch of the loop at line {line} "
                     "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
                     "start of each epoch"
                 ),
@@ -252,11 +253,17 @@ class MissingSetEpoch(Rule):
         )
 
 
+def _kind(model: SemanticModel, sampler: cst.Call) -> str:
+    if model.qualified_name(sampler.func) == DISTRIBUTED_SAMPLER:
+        return "DistributedSampler"
+    return f"`{model.code(sampler.func)}` sampler"
+
+
 def _when(model: SemanticModel, sampler: cst.Call, shuffles: Optional[bool]) -> str:
     """`shuffle=opt["shuffle"]`: the order repeats on the runs where that value is true."""
     if shuffles is True:
         return ""
-    return f" whenever `shuffle={model.code(argument(sampler, *SAMPLER_SHUFFLE))}` is true"
+    return f" whenever `shuffle={model.code(epoch_sampler_shuffle(model, sampler))}` is true"
 
 
 def _shown_path(path: str) -> str:
