@@ -597,8 +597,50 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, path, flow, seen, False)
     elif builtin_name(model, call.func) == "iter" and len(call.args) == 1:
         flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
-    elif not _follow_into_callee(model, call, arg, path, flow, seen, certain):
+    elif not _follow_into_callee(model, call, arg, path, flow, seen, certain) and not _project_hook(model, call):
         flow.escapes = True  # handed to code we can't see into: it may call set_epoch
+
+
+# Libraries whose trainers or loaders call `set_epoch` on a sampler they are handed.
+EPOCH_SETTING_LIBRARIES = (
+    "lightning", "pytorch_lightning", "lightning_fabric", "accelerate", "transformers", "ignite", "composer",
+    "mmcv", "mmengine", "detectron2", "fairseq", "catalyst", "deepspeed", "colossalai", "torchtnt", "ray",
+)
+_IMPORTS_EPOCH_SETTER = re.compile(
+    r"^[ \t]*(?:from|import)[ \t]+(?:" + "|".join(EPOCH_SETTING_LIBRARIES) + r")\b", re.M)
+
+
+def _project_hook(model: SemanticModel, call: cst.Call) -> bool:
+    """`self.callbacks.on_epoch_begin(train_loader=loader)`: a method call on an object the
+    code can't type, that only the project's own classes define (a callback hook, a logger),
+    in a project whose text never names `set_epoch` nor imports a library that calls it:
+    whatever runs there, it can't change the sampler's epoch."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or model.qualified_name(func) is not None:
+        return False
+    callee = model.flow.callee(call)
+    if callee is None and not project_methods(model, func.attr.value):
+        return False
+    return project_never_sets_epoch(model)
+
+
+def project_never_sets_epoch(model: SemanticModel) -> bool:
+    """No .py file of the project (this one included) holds the text `set_epoch` or imports
+    one of EPOCH_SETTING_LIBRARIES. False without a project or when it is too big to scan."""
+    project = model.project
+    if project is None:
+        return False
+    own = os.path.abspath(model.path)
+    _, files = project._project_files(own)
+    if not files:
+        return False
+    memo = project.__dict__.setdefault("_never_sets_epoch", {})
+    if files not in memo:
+        memo[files] = not any(
+            text is None or "set_epoch" in text or _IMPORTS_EPOCH_SETTER.search(text)
+            for text in map(project._cached_text, files)
+        )
+    return memo[files]
 
 
 def _formats_text(call: cst.Call) -> bool:
