@@ -28,6 +28,16 @@ class MissingSetEpoch(Rule):
     nothing ever calls `set_epoch(...)` on it: not `sampler.set_epoch`,
     `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`.
 
+    A sampler shuffles with `shuffle` left out or provably true; one whose `shuffle` is a
+    value the code can't tell (`shuffle=opt["train"]["shuffle"]`, read from a config file)
+    is flagged too, worded "whenever `shuffle=...` is true": it is meant to shuffle on the
+    runs that set it, and `set_epoch` costs nothing on the others. Besides torch's
+    `DistributedSampler` (and its subclasses), a sampler class of the project (named
+    `...Sampler`) counts when its `set_epoch` stores a `self.<x>` that its `__iter__`
+    reads, as a copy of torch's does; its `shuffle` is read from the call or its
+    `__init__` default. A batch sampler class of the project (one with `__iter__`) that
+    keeps the sampler as `self.sampler` holds it as `loader.batch_sampler.sampler`.
+
     The sampler is followed through names (every binding that can reach a use, branch by
     branch; a module global also where a function reads it), loaders (torch's and PyG's)
     and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
@@ -50,12 +60,19 @@ class MissingSetEpoch(Rule):
     with a `shuffle` its only caller passes), a sampler that stays inside a loader where it
     is built. Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`),
     `iter(loader)` with `next()`, or a generator that re-iterates it (`while True: for b in
-    loader: yield b`) whose batches are drawn in a training loop. The epoch loop, the
+    loader: yield b`) whose batches are drawn in a training loop; a generator that passes
+    one pass of it on (a logger's `for x in metric_logger.log_every(loader, 10)`) is
+    iterated where its call is, in whichever file (when entered through its parameter,
+    at that call only). The epoch loop, the
     iteration and the `backward()` may sit in different functions (`fit()` ->
-    `_one_pass()` -> `_step()`) and files.
+    `_one_pass()` -> `_step()`) and files; a step called on an object whose class is
+    picked at run time (`model = define_model(opt)`; `model.optimize_parameters()`) trains
+    when every definition of that method in the project's classes (abstract stubs aside,
+    at most 8) runs backward.
 
-    It stays silent when the sampler does not provably shuffle (`shuffle=False`, or a
-    config value), when the loader is iterated once or only for evaluation, when the sampler
+    It stays silent when the sampler provably does not shuffle (`shuffle=False`, also
+    through parameters whose callers all pass False), when the loader is iterated once or
+    only for evaluation, when the sampler
     is rebuilt each epoch with a changing `seed=`, and whenever the sampler or its loader
     reaches code that cannot be seen: a call of something that is neither a function nor a
     class of the file or project (a third-party trainer such as Lightning's `Trainer.fit`,
@@ -63,7 +80,12 @@ class MissingSetEpoch(Rule):
     `.items()`/`.values()`, a function whose callers are not all visible (a callback, one
     named in more project files than are searched, or passed as a value in another file),
     or a class attribute read from outside its class. Such code may call `set_epoch`
-    itself, as Lightning and Accelerate do. Callers in other files are found by a text
+    itself, as Lightning and Accelerate do. One exception: a method call on an object the
+    code can't type, that is a function or class of the project or a method name only the
+    project's classes define (a callback hook: `self.callbacks.on_epoch_begin(loader=...)`),
+    does not stop the search when no file of the project holds the text `set_epoch` or
+    imports a library that calls it (Lightning, Accelerate, transformers, Ignite,
+    DeepSpeed, MMEngine...): nothing there can move the epoch. Callers in other files are found by a text
     search of the project for the function's name next to an import of its module: code
     that reaches the function otherwise (`getattr`, a registry) is not seen.
 
