@@ -451,11 +451,9 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         _follow_assignment(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, cst.IfExp) and occurrence is not parent.test:
-        other = parent.orelse if occurrence is parent.body else parent.body
-        if not (isinstance(other, cst.Name) and other.value == "None"):
-            flow.escapes = True
-            return
-        _follow(model, parent, path, flow, seen, False)  # `DistributedSampler(ds) if ddp else None`
+        # `DistributedSampler(ds) if ddp else None`, `tqdm(loader) if rank == 0 else loader`:
+        # the value holds it on one branch.
+        _follow(model, parent, path, flow, seen, False)
         return
     if _only_tested(parent, occurrence):
         return

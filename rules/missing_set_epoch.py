@@ -44,7 +44,8 @@ class MissingSetEpoch(Rule):
     DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, read back
     as `loaders["train"]` or `loaders[phase]`; another literal key is another entry), the
     loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
-    loader (`loader = tqdm(loader)`), the parameters of functions and constructors it is
+    loader (`loader = tqdm(loader)`), either branch of a conditional expression
+    (`tqdm(loader) if rank == 0 else loader`), the parameters of functions and constructors it is
     passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
     method's `self` given the instance by `mp.spawn`), and the values they return (also one
     element of a returned tuple: `train_dl, val_dl = make_loaders()`); a value returned by
