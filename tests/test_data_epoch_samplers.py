@@ -10,7 +10,9 @@ from pathlib import Path
 import libcst as cst
 
 from dplint.data import distributed_sampler_shuffles, project_methods, project_never_sets_epoch
+from dplint.engine import lint_source, rules_for
 from dplint.project import Project
+from dplint.registry import selected_codes
 from dplint.semantic import SemanticModel
 
 
@@ -97,3 +99,18 @@ def test_project_never_sets_epoch(tmp_path):
     assert not project_never_sets_epoch(project_model(tmp_path, "train.py"))
     write(tmp_path, {"hooks.py": "from accelerate import Accelerator\n"})
     assert not project_never_sets_epoch(project_model(tmp_path, "train.py"))
+
+
+def test_a_config_shuffle_is_flagged_saying_when():
+    code = (
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "sampler = DistributedSampler(ds, shuffle=args.shuffle)\n"
+        "loader = DataLoader(ds, batch_size=8, sampler=sampler)\n"
+        "for epoch in range(3):\n"
+        "    for x, y in loader:\n"
+        "        loss_fn(model(x), y).backward()\n"
+    )
+    (finding,) = lint_source(code, "example.py", rules_for(selected_codes(["DPL008"]))).findings
+    assert finding.location.row == 2
+    assert "whenever `shuffle=args.shuffle` is true" in finding.message
+    assert finding.edits  # set_epoch is harmless when shuffle is off: the fix stays safe
