@@ -1013,34 +1013,42 @@ MAX_METHODS_NAMED = 8
 
 def project_methods(model: SemanticModel, name: str) -> list[tuple[SemanticModel, cst.FunctionDef]]:
     """(model, method) for every method called `name` that a class of the project defines
-    (this file included); empty without a project, for a private or dunder name, or when
-    more than MAX_METHODS_NAMED are found. For calls on an object whose class the code
-    picks at run time (`define_model(opt).optimize_parameters()`)."""
+    (this file included), abstract stubs aside; empty without a project, for a private or
+    dunder name, or when more than MAX_METHODS_NAMED are found. For calls on an object
+    whose class the code picks at run time (`define_model(opt).optimize_parameters()`)."""
     project = model.project
     if project is None or name.startswith("_"):
         return []
-    memo = project.__dict__.setdefault("_methods_named", {})
     own = os.path.abspath(model.path)
     _, files = project._project_files(own)
-    key = (files, name)
+    index = _method_index(project, files)
+    memo = project.__dict__.setdefault("_methods_named", {})
+    key = (files, own, name)
     if key not in memo:
-        pattern = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+" + re.escape(name) + r"\b", re.M)
         found: list = []
-        for path in files:
-            if path != own:
-                text = project._cached_text(path)
-                if text is None or not pattern.search(text):
-                    continue
+        for path in {*index.get(name, ()), own}:
             other = model if path == own else project.model_for(path)
             if other is None:
                 continue
             found += [(other, node) for node in other.functions.get(name, ())
                       if isinstance(other.parent(other.parent(node)), cst.ClassDef) and not _is_stub(node)]
-            if len(found) > MAX_METHODS_NAMED:
-                found = []
-                break
-        memo[key] = found
+        memo[key] = found if len(found) <= MAX_METHODS_NAMED else []
     return memo[key]
+
+
+_INDENTED_DEF = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def _method_index(project, files: tuple[str, ...]) -> dict[str, list[str]]:
+    """Method name -> the project files that define one (an indented `def`), read once."""
+    memo = project.__dict__.setdefault("_method_index", {})
+    if files not in memo:
+        index: dict[str, list[str]] = {}
+        for path in files:
+            for name in set(_INDENTED_DEF.findall(project._cached_text(path) or "")):
+                index.setdefault(name, []).append(path)
+        memo[files] = index
+    return memo[files]
 
 
 def _is_stub(function: cst.FunctionDef) -> bool:
