@@ -744,16 +744,16 @@ def _iteration(model: SemanticModel, node: cst.CSTNode, entered: list = (), dept
         return Iteration(model, node, around, _generator_trains(model, function), False)
     if isinstance(node, cst.Call):  # iter(loader): each call starts a new pass
         around = loops_around(model, node)
-        trains = bool(around) and runs_backward(model, around[-1])
+        trains = bool(around) and trains_in(model, around[-1])
         if around:
             return Iteration(model, node, around, trains, False)
         where, around = _loops_around_calls(model, function, 3)
         return Iteration(model, node, around, trains, False, where)
     around = loops_around(model, node)
     if around:
-        return Iteration(model, node, around, runs_backward(model, node))
+        return Iteration(model, node, around, trains_in(model, node))
     where, around = _loops_around_calls(model, function, 3)
-    return Iteration(model, node, around, runs_backward(model, node), False, where)
+    return Iteration(model, node, around, trains_in(model, node), False, where)
 
 
 def _consumers_iteration(model: SemanticModel, generator: cst.FunctionDef, entered: list, depth: int) -> Optional[Iteration]:
@@ -802,7 +802,7 @@ def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
     for call, _ in model.flow.call_sites(generator) or ():
         parent = model.parent(call)
         if isinstance(parent, cst.For) and parent.iter is call:
-            if runs_backward(model, parent):
+            if trains_in(model, parent):
                 return True
             continue
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
@@ -811,9 +811,9 @@ def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
                 use = model.parent(node)
                 if isinstance(use, cst.Arg) and builtin_name(model, model.parent(use).func) == "next":
                     around = loops_around(model, use)
-                    if around and runs_backward(model, around[-1]):
+                    if around and trains_in(model, around[-1]):
                         return True
-                elif isinstance(use, cst.For) and use.iter is node and runs_backward(model, use):
+                elif isinstance(use, cst.For) and use.iter is node and trains_in(model, use):
                     return True
     return False
 
@@ -965,21 +965,47 @@ def loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
     return loops[::-1]
 
 
+def trains_in(model: SemanticModel, loop: cst.CSTNode) -> bool:
+    """A training loop: its body runs backward (itself or in the functions it calls), and
+    is not one that only reads the gradients it made: a loop that reads `.grad` in its own
+    body and steps no optimizer (`optimizer.step()`, `scaler.step(opt)`, an engine's
+    `step()`, there or in its callees) computes head-importance scores or adversarial
+    inputs, changing no weight, and the order of its batches is no matter."""
+    if not runs_backward(model, loop):
+        return False
+    return not (_reads_grad(model, loop) and not _loop_does(model, loop, "step"))
+
+
+def _reads_grad(model: SemanticModel, loop: cst.CSTNode) -> bool:
+    return any(isinstance(node, cst.Attribute) and node.attr.value == "grad" for node in _walk(loop.body))
+
+
 def runs_backward(model: SemanticModel, loop: cst.CSTNode) -> bool:
-    """A training loop: a call in its own body runs backward (see `dplint.training.backprops`:
+    """A call in the loop's own body runs backward (see `dplint.training.backprops`:
     `loss.backward()`, `scaler.scale(l).backward()`, `accelerator.backward(l)`,
-    `torch.autograd.backward`)."""
+    `torch.autograd.backward`), or a function it calls does."""
+    return _loop_does(model, loop, "backward")
+
+
+def _direct_sites(model: SemanticModel, what: str) -> list:
+    """The call sites that run backward, or that step an optimizer (a `.step(...)` call)."""
+    if what == "backward":
+        return [backprop.site for backprop in backprops(model)]
+    return [site for site in model.calls if isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value == "step"]
+
+
+def _loop_does(model: SemanticModel, loop: cst.CSTNode, what: str) -> bool:
     scope = model.scope(loop)
-    if any(loop in backprop.site.loops and backprop.site.scope is scope for backprop in backprops(model)):
+    if any(loop in site.loops and site.scope is scope for site in _direct_sites(model, what)):
         return True
     return any(
-        loop in site.loops and site.scope is scope and _callee_runs_backward(model, site.node, 3)
+        loop in site.loops and site.scope is scope and _callee_does(model, site.node, 3, what)
         for site in model.calls
     )
 
 
-def _callee_runs_backward(model: SemanticModel, call: cst.Call, depth: int) -> bool:
-    """`self._step(batch)` whose body (or its callees', 3 deep) runs backward."""
+def _callee_does(model: SemanticModel, call: cst.Call, depth: int, what: str) -> bool:
+    """`self._step(batch)` whose body (or its callees', 3 deep) runs backward (or steps)."""
     if depth <= 0:
         return False
     callee = model.flow.callee(call)
@@ -989,21 +1015,22 @@ def _callee_runs_backward(model: SemanticModel, call: cst.Call, depth: int) -> b
             # `model.optimize_parameters(step)` on an object built by a factory that picks
             # one of several classes: a method every class of the project trains in.
             methods = project_methods(model, call.func.attr.value)
-            return bool(methods) and all(_function_runs_backward(other, method, depth) for other, method in methods)
+            return bool(methods) and all(_function_does(other, method, depth, what) for other, method in methods)
         return False
-    return _function_runs_backward(callee.model, function, depth)
+    return _function_does(callee.model, function, depth, what)
 
 
-def _function_runs_backward(other: SemanticModel, function: cst.FunctionDef, depth: int) -> bool:
-    memo = other.flow.__dict__.setdefault("_runs_backward", {})
-    if function in memo:
-        return memo[function]
-    memo[function] = False  # recursion
+def _function_does(other: SemanticModel, function: cst.FunctionDef, depth: int, what: str) -> bool:
+    memo = other.flow.__dict__.setdefault("_function_does", {})
+    key = (function, what)
+    if key in memo:
+        return memo[key]
+    memo[key] = False  # recursion
     scope = other.scope(function.body)
-    found = any(backprop.site.scope is scope for backprop in backprops(other)) or any(
-        site.scope is scope and _callee_runs_backward(other, site.node, depth - 1) for site in other.calls
+    found = any(site.scope is scope for site in _direct_sites(other, what)) or any(
+        site.scope is scope and _callee_does(other, site.node, depth - 1, what) for site in other.calls
     )
-    memo[function] = found
+    memo[key] = found
     return found
 
 

@@ -24,7 +24,8 @@ class MissingSetEpoch(Rule):
     """
     ## What it does
     Flags a shuffling `DistributedSampler` whose loader is iterated by a training loop
-    (its batches reach a `.backward()`) that runs again and again (an epoch loop), when
+    (its batches reach a `.backward()`; not a loop that reads `.grad` and steps no
+    optimizer, such as an importance score) that runs again and again (an epoch loop), when
     nothing ever calls `set_epoch(...)` on it: not `sampler.set_epoch`,
     `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`.
 
