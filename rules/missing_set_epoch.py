@@ -46,8 +46,8 @@ class MissingSetEpoch(Rule):
     as `loaders["train"]` or `loaders[phase]`; another literal key is another entry), the
     loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
     loader (`loader = tqdm(loader)`), either branch of a conditional expression
-    (`tqdm(loader) if rank == 0 else loader`), the parameters of functions and constructors it is
-    passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
+    (`tqdm(loader) if rank == 0 else loader`), the parameters of functions and
+    constructors it is passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
     method's `self` given the instance by `mp.spawn`), and the values they return (also one
     element of a returned tuple: `train_dl, val_dl = make_loaders()`); a value returned by
     a function entered through a parameter goes back to that call only.
@@ -65,17 +65,17 @@ class MissingSetEpoch(Rule):
     loader: yield b`) whose batches are drawn in a training loop; a generator that passes
     one pass of it on (a logger's `for x in metric_logger.log_every(loader, 10)`) is
     iterated where its call is, in whichever file (when entered through its parameter,
-    at that call only). The epoch loop, the
-    iteration and the `backward()` may sit in different functions (`fit()` ->
-    `_one_pass()` -> `_step()`) and files; a step called on an object whose class is
+    at that call only). The epoch loop, the iteration and the `backward()` may sit in
+    different functions (`fit()` -> `_one_pass()` -> `_step()`) and files; a step called
+    on an object whose class is
     picked at run time (`model = define_model(opt)`; `model.optimize_parameters()`) trains
     when every definition of that method in the project's classes (abstract stubs aside,
     at most 8) runs backward.
 
     It stays silent when the sampler provably does not shuffle (`shuffle=False`, also
     through parameters whose callers all pass False), when the loader is iterated once or
-    only for evaluation, when the sampler
-    is rebuilt each epoch with a changing `seed=`, and whenever the sampler or its loader
+    only for evaluation, when the sampler is rebuilt each epoch with a changing `seed=`,
+    and whenever the sampler or its loader
     reaches code that cannot be seen: a call of something that is neither a function nor a
     class of the file or project (a third-party trainer such as Lightning's `Trainer.fit`,
     Accelerate's `prepare`, an attribute of an unknown object), a list or a dict's
@@ -87,9 +87,11 @@ class MissingSetEpoch(Rule):
     project's classes define (a callback hook: `self.callbacks.on_epoch_begin(loader=...)`),
     does not stop the search when no file of the project holds the text `set_epoch` or
     imports a library that calls it (Lightning, Accelerate, transformers, Ignite,
-    DeepSpeed, MMEngine...): nothing there can move the epoch. Callers in other files are found by a text
-    search of the project for the function's name next to an import of its module: code
-    that reaches the function otherwise (`getattr`, a registry) is not seen.
+    DeepSpeed, MMEngine...): nothing there can move the epoch.
+
+    Callers in other files are found by a text search of the project for the function's
+    name next to an import of its module: code that reaches the function otherwise
+    (`getattr`, a registry) is not seen.
 
     ## Why is this bad?
     `DistributedSampler.__iter__` seeds its permutation with `seed + self.epoch`
