@@ -998,20 +998,21 @@ def _loop_does(model: SemanticModel, loop: cst.CSTNode, what: str) -> bool:
     scope = model.scope(loop)
     if any(loop in site.loops and site.scope is scope for site in _direct_sites(model, what)):
         return True
-    return any(
-        loop in site.loops and site.scope is scope and _callee_does(model, site.node, 3, what)
-        for site in model.calls
-    )
+    inside = [site.node for site in model.calls if loop in site.loops and site.scope is scope]
+    # Functions the calls resolve to first; methods found by name (parsing other files) last.
+    return any(_callee_does(model, call, 3, what, False) for call in inside) or any(
+        _callee_does(model, call, 3, what, True) for call in inside)
 
 
-def _callee_does(model: SemanticModel, call: cst.Call, depth: int, what: str) -> bool:
-    """`self._step(batch)` whose body (or its callees', 3 deep) runs backward (or steps)."""
+def _callee_does(model: SemanticModel, call: cst.Call, depth: int, what: str, by_name: bool) -> bool:
+    """`self._step(batch)` whose body (or its callees', 3 deep) runs backward (or steps);
+    `by_name`: also a method call on an object the code can't type (see `project_methods`)."""
     if depth <= 0:
         return False
     callee = model.flow.callee(call)
     function = callee.function if callee is not None and isinstance(callee.node, cst.FunctionDef) else None
     if function is None:
-        if callee is None and isinstance(call.func, cst.Attribute) and model.qualified_name(call.func) is None:
+        if by_name and callee is None and isinstance(call.func, cst.Attribute) and model.qualified_name(call.func) is None:
             # `model.optimize_parameters(step)` on an object built by a factory that picks
             # one of several classes: a method every class of the project trains in.
             methods = project_methods(model, call.func.attr.value)
@@ -1028,7 +1029,7 @@ def _function_does(other: SemanticModel, function: cst.FunctionDef, depth: int, 
     memo[key] = False  # recursion
     scope = other.scope(function.body)
     found = any(site.scope is scope for site in _direct_sites(other, what)) or any(
-        site.scope is scope and _callee_does(other, site.node, depth - 1, what) for site in other.calls
+        site.scope is scope and _callee_does(other, site.node, depth - 1, what, False) for site in other.calls
     )
     memo[key] = found
     return found
@@ -1053,7 +1054,11 @@ def project_methods(model: SemanticModel, name: str) -> list[tuple[SemanticModel
     key = (files, own, name)
     if key not in memo:
         found: list = []
-        for path in {*index.get(name, ()), own}:
+        defining = index.get(name, {})
+        if sum(defining.values()) > 2 * MAX_METHODS_NAMED:
+            memo[key] = []  # too common a name: no need to parse the files to know
+            return []
+        for path in {*defining, own}:
             other = model if path == own else project.model_for(path)
             if other is None:
                 continue
@@ -1066,14 +1071,15 @@ def project_methods(model: SemanticModel, name: str) -> list[tuple[SemanticModel
 _INDENTED_DEF = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 
 
-def _method_index(project, files: tuple[str, ...]) -> dict[str, list[str]]:
-    """Method name -> the project files that define one (an indented `def`), read once."""
+def _method_index(project, files: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Method name -> {project file: how many indented `def`s of that name it holds}, read once."""
     memo = project.__dict__.setdefault("_method_index", {})
     if files not in memo:
-        index: dict[str, list[str]] = {}
+        index: dict[str, dict[str, int]] = {}
         for path in files:
-            for name in set(_INDENTED_DEF.findall(project._cached_text(path) or "")):
-                index.setdefault(name, []).append(path)
+            for name in _INDENTED_DEF.findall(project._cached_text(path) or ""):
+                counts = index.setdefault(name, {})
+                counts[path] = counts.get(path, 0) + 1
         memo[files] = index
     return memo[files]
 

@@ -136,7 +136,7 @@ class MissingSetEpoch(Rule):
     severity = Severity.ERROR
     summary = "shuffling DistributedSampler without set_epoch(): every epoch repeats one order"
     fix_applicability = Applicability.SAFE
-    tokens = ("Sampler",)
+    tokens = ("DistributedSampler", ("Sampler", "DataLoader"), ("Sampler", "set_epoch"))  # a project sampler: built for a loader, or defined here
 
     VALID = (
         # set_epoch through the loader.
