@@ -584,6 +584,8 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, ("sampler", *path), flow, seen, certain)
     elif name in LOADER_CLASSES and loader_argument(model, call, "batch_sampler") is value:
         _follow(model, call, ("batch_sampler", *path), flow, seen, certain)
+    elif arg.keyword is not None and arg.keyword.value in ("sampler", "batch_sampler") and _forwards_to_loader(model, call):
+        _follow(model, call, (arg.keyword.value, *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
     elif builtin_name(model, call.func) in HARMLESS_BUILTINS or _formats_text(call):
@@ -639,6 +641,29 @@ def project_never_sets_epoch(model: SemanticModel) -> bool:
             for text in map(project._cached_text, files)
         )
     return memo[files]
+
+
+def _forwards_to_loader(model: SemanticModel, call: cst.Call) -> bool:
+    """A project subclass of torch's DataLoader whose `__init__` (if it has one) hands its
+    `**kwargs` to `super().__init__` and takes no `sampler` itself (`DataLoaderFast(n, ds,
+    sampler=s)` that only adds prefetching): a `sampler=` keyword reaches DataLoader's."""
+    callee = model.flow.callee(call)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return False
+    if not any(callee.model.qualified_name(base.value) == DATA_LOADER for base in callee.node.bases):
+        return False
+    init = class_method(callee.node, "__init__")
+    if init is None:
+        return True
+    params = init.params
+    if not isinstance(params.star_kwarg, cst.Param) or any(
+            p.name.value in ("sampler", "batch_sampler") for p in (*params.params, *params.kwonly_params)):
+        return False
+    kwargs = params.star_kwarg.name.value
+    return any(isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__"
+               and isinstance(node.func.value, cst.Call) and dotted_name(node.func.value.func) == "super"
+               and any(a.star == "**" and isinstance(a.value, cst.Name) and a.value.value == kwargs for a in node.args)
+               for node in _walk(init))
 
 
 def _formats_text(call: cst.Call) -> bool:

@@ -40,8 +40,9 @@ class MissingSetEpoch(Rule):
     keeps the sampler as `self.sampler` holds it as `loader.batch_sampler.sampler`.
 
     The sampler is followed through names (every binding that can reach a use, branch by
-    branch; a module global also where a function reads it), loaders (torch's and PyG's)
-    and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
+    branch; a module global also where a function reads it), loaders (torch's and PyG's,
+    and a project subclass of DataLoader given `sampler=` that hands its `**kwargs` to
+    `super().__init__`) and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
     DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, read back
     as `loaders["train"]` or `loaders[phase]`; another literal key is another entry), the
     loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
