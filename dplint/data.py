@@ -3,6 +3,8 @@ where a sampler goes (its loaders, the loops over them), and which loops are epo
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -15,12 +17,13 @@ from dplint.semantic import (
     SemanticModel,
     argument,
     dotted_name,
+    is_docstring,
     literal_value,
     peel_self_returning,
     static_truth,
 )
 from dplint.distributed import enclosing_function
-from dplint.flow import consistent
+from dplint.flow import class_method, consistent
 from dplint.training import backprops
 
 # torch's own samplers: any of them next to a truthy `shuffle` makes DataLoader raise.
@@ -180,7 +183,7 @@ BATCH_SAMPLERS = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.Bat
 BATCH_SAMPLER_SAMPLER = (0, "sampler")
 
 # Builtins that take a sampler or loader without keeping or changing it.
-HARMLESS_BUILTINS = {"len", "isinstance"}
+HARMLESS_BUILTINS = {"len", "isinstance", "print", "str", "repr", "type", "id"}
 # Callables whose result, iterated by a `for`, iterates their argument once, in order.
 ITERATION_BUILTINS = {"enumerate", "zip", "iter"}
 TQDM_NAMES = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm"}
@@ -237,10 +240,110 @@ class SamplerFlow:
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
     """`DistributedSampler(ds)` or with a provably true `shuffle` (its default is True)."""
-    if model.qualified_name(call.func) != DISTRIBUTED_SAMPLER or any(arg.star for arg in call.args):
+    return distributed_sampler_shuffles(model, call) is True
+
+
+def distributed_sampler_shuffles(model: SemanticModel, call: cst.Call) -> Optional[bool]:
+    """Whether a construction of a sampler seeded by its epoch shuffles: True by default or
+    with a provably true `shuffle`; None when `shuffle` is a value the code can't tell (a
+    config entry: `shuffle=opt["shuffle"]`), which shuffles on the runs that set it; False
+    when it is provably false, is no such sampler, or takes `*args`/`**kwargs`."""
+    shuffle = epoch_sampler_shuffle(model, call)
+    if shuffle is None:
         return False
-    shuffle = argument(call, *SAMPLER_SHUFFLE)
-    return shuffle is None or static_truth(model, shuffle, call) is True
+    return True if shuffle is _DEFAULT_TRUE else static_truth(model, shuffle, call)
+
+
+_DEFAULT_TRUE = cst.Name("True")
+
+
+def epoch_sampler_shuffle(model: SemanticModel, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The `shuffle` value of a construction of a sampler whose order is seeded by its epoch
+    (`_DEFAULT_TRUE` when it shuffles by default, or has no `shuffle` to turn off); None
+    when the call is no such sampler or passes `*args`/`**kwargs`. Such a sampler is torch's
+    `DistributedSampler`, or a class of the project (named `...Sampler`) that defines
+    `set_epoch` storing its argument in `self.<x>` and whose `__iter__` reads `self.<x>`
+    (its own or a base's; torch's when it derives from `DistributedSampler`)."""
+    if any(arg.star for arg in call.args):
+        return None
+    if model.qualified_name(call.func) == DISTRIBUTED_SAMPLER:
+        shuffle = argument(call, *SAMPLER_SHUFFLE)
+        return _DEFAULT_TRUE if shuffle is None else shuffle
+    name = dotted_name(call.func)
+    if name is None or not name.rpartition(".")[2].endswith("Sampler"):
+        return None
+    callee = model.flow.callee(call)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return None
+    chain, torch_base = _class_chain(callee.model, callee.node)
+    if not _seeded_by_epoch(chain, torch_base):
+        return None
+    init = next((method for other, node in chain if (method := class_method(node, "__init__")) is not None), None)
+    if init is None:
+        given = argument(call, *SAMPLER_SHUFFLE) if torch_base else None
+        return _DEFAULT_TRUE if given is None else given
+    param = next((p for p in (*init.params.params, *init.params.kwonly_params) if p.name.value == "shuffle"), None)
+    if param is None:
+        return _DEFAULT_TRUE  # nothing turns its shuffle off
+    for arg in call.args:
+        if _parameter_for(model, call, arg, init, True) == "shuffle":
+            return arg.value
+    if param.default is None:
+        return None
+    try:
+        return _DEFAULT_TRUE if literal_value(param.default) else cst.Name("False")
+    except ValueError:
+        return param.default
+
+
+def _class_chain(model: SemanticModel, node: cst.ClassDef, depth: int = 4) -> tuple[list, bool]:
+    """([(model, class)] the class and its project bases, first bases first; whether one of
+    them derives from torch's DistributedSampler)."""
+    chain, torch_base = [(model, node)], False
+    for base in node.bases:
+        qualified = model.qualified_name(base.value)
+        if qualified == DISTRIBUTED_SAMPLER:
+            torch_base = True
+            continue
+        found = None
+        if isinstance(base.value, cst.Name) and base.value.value in model.classes:
+            found = (model, model.classes[base.value.value])
+        elif qualified and model.project is not None and depth > 0:
+            found = model.project.resolve(qualified, model)
+        if found is not None and isinstance(found[1], cst.ClassDef) and depth > 0:
+            more, more_torch = _class_chain(found[0], found[1], depth - 1)
+            chain += more
+            torch_base = torch_base or more_torch
+    return chain, torch_base
+
+
+def _seeded_by_epoch(chain: list, torch_base: bool) -> bool:
+    """The first `__iter__` of the chain reads an attribute the first `set_epoch` stores
+    (torch's own when neither is overridden, or when `__iter__` calls `super().__iter__()`)."""
+    set_epoch = next((method for _, node in chain if (method := class_method(node, "set_epoch")) is not None), None)
+    iterate = next((method for _, node in chain if (method := class_method(node, "__iter__")) is not None), None)
+    stored = _self_attributes_stored(set_epoch) if set_epoch is not None else ({"epoch"} if torch_base else set())
+    if iterate is None:
+        return torch_base and bool(stored)
+    if torch_base and "super().__iter__" in cst.Module([]).code_for_node(iterate).replace(" ", ""):
+        return True
+    return any(isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+               and node.attr.value in stored for node in _walk(iterate))
+
+
+def _self_attributes_stored(function: cst.FunctionDef) -> set[str]:
+    return {target.target.attr.value for node in _walk(function) if isinstance(node, cst.Assign)
+            for target in node.targets
+            if isinstance(target.target, cst.Attribute) and isinstance(target.target.value, cst.Name)
+            and target.target.value.value == "self"}
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
 
 
 def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -296,7 +399,7 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         _follow_argument(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, cst.For) and parent.iter is occurrence:
-        flow.iterations.append(_iteration(model, parent))
+        flow.iterations.append(_iteration(model, parent, flow.entered))
         return
     if path and path[0].startswith("["):
         # An element of a tuple: `train_dl, val_dl = make_loaders()` or `make_loaders()[0]`.
@@ -348,11 +451,9 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         _follow_assignment(model, parent, path, flow, seen, certain)
         return
     if isinstance(parent, cst.IfExp) and occurrence is not parent.test:
-        other = parent.orelse if occurrence is parent.body else parent.body
-        if not (isinstance(other, cst.Name) and other.value == "None"):
-            flow.escapes = True
-            return
-        _follow(model, parent, path, flow, seen, False)  # `DistributedSampler(ds) if ddp else None`
+        # `DistributedSampler(ds) if ddp else None`, `tqdm(loader) if rank == 0 else loader`:
+        # the value holds it on one branch.
+        _follow(model, parent, path, flow, seen, False)
         return
     if _only_tested(parent, occurrence):
         return
@@ -483,19 +584,93 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, ("sampler", *path), flow, seen, certain)
     elif name in LOADER_CLASSES and loader_argument(model, call, "batch_sampler") is value:
         _follow(model, call, ("batch_sampler", *path), flow, seen, certain)
+    elif arg.keyword is not None and arg.keyword.value in ("sampler", "batch_sampler") and _forwards_to_loader(model, call):
+        _follow(model, call, (arg.keyword.value, *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
-    elif builtin_name(model, call.func) in HARMLESS_BUILTINS:
+    elif builtin_name(model, call.func) in HARMLESS_BUILTINS or _formats_text(call):
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
-        flow.iterations.append(_iteration(model, iterating_loop(model, call)))
+        flow.iterations.append(_iteration(model, iterating_loop(model, call), flow.entered))
     elif model.qualified_name(call.func) in TQDM_NAMES and argument(call, 0, "iterable") is value:
         # `loader = tqdm(loader)`: iterating the progress bar iterates the loader, once.
         _follow(model, call, path, flow, seen, False)
     elif builtin_name(model, call.func) == "iter" and len(call.args) == 1:
         flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
-    elif not _follow_into_callee(model, call, arg, path, flow, seen, certain):
+    elif not _follow_into_callee(model, call, arg, path, flow, seen, certain) and not _project_hook(model, call):
         flow.escapes = True  # handed to code we can't see into: it may call set_epoch
+
+
+# Libraries whose trainers or loaders call `set_epoch` on a sampler they are handed.
+EPOCH_SETTING_LIBRARIES = (
+    "lightning", "pytorch_lightning", "lightning_fabric", "accelerate", "transformers", "ignite", "composer",
+    "mmcv", "mmengine", "detectron2", "fairseq", "catalyst", "deepspeed", "colossalai", "torchtnt", "ray",
+)
+_IMPORTS_EPOCH_SETTER = re.compile(
+    r"^[ \t]*(?:from|import)[ \t]+(?:" + "|".join(EPOCH_SETTING_LIBRARIES) + r")\b", re.M)
+
+
+def _project_hook(model: SemanticModel, call: cst.Call) -> bool:
+    """`self.callbacks.on_epoch_begin(train_loader=loader)`: a method call on an object the
+    code can't type, that only the project's own classes define (a callback hook, a logger),
+    in a project whose text never names `set_epoch` nor imports a library that calls it:
+    whatever runs there, it can't change the sampler's epoch."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or model.qualified_name(func) is not None:
+        return False
+    callee = model.flow.callee(call)
+    if callee is None and not project_methods(model, func.attr.value):
+        return False
+    return project_never_sets_epoch(model)
+
+
+def project_never_sets_epoch(model: SemanticModel) -> bool:
+    """No .py file of the project (this one included) holds the text `set_epoch` or imports
+    one of EPOCH_SETTING_LIBRARIES. False without a project or when it is too big to scan."""
+    project = model.project
+    if project is None:
+        return False
+    own = os.path.abspath(model.path)
+    _, files = project._project_files(own)
+    if not files:
+        return False
+    memo = project.__dict__.setdefault("_never_sets_epoch", {})
+    if files not in memo:
+        memo[files] = not any(
+            text is None or "set_epoch" in text or _IMPORTS_EPOCH_SETTER.search(text)
+            for text in map(project._cached_text, files)
+        )
+    return memo[files]
+
+
+def _forwards_to_loader(model: SemanticModel, call: cst.Call) -> bool:
+    """A project subclass of torch's DataLoader whose `__init__` (if it has one) hands its
+    `**kwargs` to `super().__init__` and takes no `sampler` itself (`DataLoaderFast(n, ds,
+    sampler=s)` that only adds prefetching): a `sampler=` keyword reaches DataLoader's."""
+    callee = model.flow.callee(call)
+    if callee is None or not isinstance(callee.node, cst.ClassDef):
+        return False
+    if not any(callee.model.qualified_name(base.value) == DATA_LOADER for base in callee.node.bases):
+        return False
+    init = class_method(callee.node, "__init__")
+    if init is None:
+        return True
+    params = init.params
+    if not isinstance(params.star_kwarg, cst.Param) or any(
+            p.name.value in ("sampler", "batch_sampler") for p in (*params.params, *params.kwonly_params)):
+        return False
+    kwargs = params.star_kwarg.name.value
+    return any(isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__"
+               and isinstance(node.func.value, cst.Call) and dotted_name(node.func.value.func) == "super"
+               and any(a.star == "**" and isinstance(a.value, cst.Name) and a.value.value == kwargs for a in node.args)
+               for node in _walk(init))
+
+
+def _formats_text(call: cst.Call) -> bool:
+    """`"got sampler={}".format(sampler)`: only its text is used."""
+    func = call.func
+    return (isinstance(func, cst.Attribute) and func.attr.value == "format"
+            and isinstance(func.value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
 def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow,
@@ -521,7 +696,24 @@ def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path
         _follow_binding(other, binding, path, flow, seen, certain)
     finally:
         flow.entered.pop()
+    if isinstance(callee.node, cst.ClassDef) and class_method(callee.node, "__iter__") is not None:
+        # A batch sampler of the project (`PairBatchSampler(ds, sampler, 8)`) keeping it as
+        # `self.sampler`: the instance reaches it through that attribute.
+        for kept in _kept_as(function, name):
+            _follow(model, call, (kept, *path), flow, seen, certain)
     return True
+
+
+def _kept_as(init: cst.FunctionDef, parameter: str) -> list[str]:
+    """`x` for each `self.x = <parameter>` statement of a constructor's own body."""
+    kept = []
+    for statement in init.body.body if isinstance(init.body, cst.IndentedBlock) else ():
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if (isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == parameter
+                    and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Attribute)
+                    and isinstance(small.targets[0].target.value, cst.Name) and small.targets[0].target.value.value == "self"):
+                kept.append(small.targets[0].target.attr.value)
+    return kept
 
 
 def _parameter_for(model: SemanticModel, call: cst.Call, arg: cst.Arg, function: cst.FunctionDef, bound: bool) -> Optional[str]:
@@ -563,25 +755,50 @@ def _follow_return(model: SemanticModel, statement: cst.Return, path: tuple[str,
         _follow(caller, call, path, flow, seen, certain)
 
 
-def _iteration(model: SemanticModel, node: cst.CSTNode) -> Iteration:
+def _iteration(model: SemanticModel, node: cst.CSTNode, entered: list = (), depth: int = 3) -> Iteration:
     """Where a loop over the loader (or an `iter(loader)`) runs again and whether it trains:
     the loops around it, else around the calls of its function; a generator that yields
     its batches trains when what consumes it does."""
     function = _enclosing_function(model, node)
     if isinstance(node, cst.For) and function is not None and model.flow.is_generator(function):
-        return Iteration(model, node, loops_around(model, node), _generator_trains(model, function), False)
+        around = loops_around(model, node)
+        if not around:
+            passed_on = _consumers_iteration(model, function, entered, depth)
+            if passed_on is not None:
+                return passed_on
+        return Iteration(model, node, around, _generator_trains(model, function), False)
     if isinstance(node, cst.Call):  # iter(loader): each call starts a new pass
         around = loops_around(model, node)
-        trains = bool(around) and runs_backward(model, around[-1])
+        trains = bool(around) and trains_in(model, around[-1])
         if around:
             return Iteration(model, node, around, trains, False)
         where, around = _loops_around_calls(model, function, 3)
         return Iteration(model, node, around, trains, False, where)
     around = loops_around(model, node)
     if around:
-        return Iteration(model, node, around, runs_backward(model, node))
+        return Iteration(model, node, around, trains_in(model, node))
     where, around = _loops_around_calls(model, function, 3)
-    return Iteration(model, node, around, runs_backward(model, node), False, where)
+    return Iteration(model, node, around, trains_in(model, node), False, where)
+
+
+def _consumers_iteration(model: SemanticModel, generator: cst.FunctionDef, entered: list, depth: int) -> Optional[Iteration]:
+    """A generator that passes the loader's batches on, one pass per call (`for obj in
+    iterable: ...; yield obj`, a progress logger's `log_every`): the loop over its call (in
+    any file of the project) iterates the loader. The first such loop that trains in an
+    epoch loop, as an iteration no fix may edit; None when there is none. Entered through
+    a parameter (`flow.entered`), only the call that passed the loader counts."""
+    if depth <= 0:
+        return None
+    through = [(caller, call, None) for function, caller, call in entered if function is generator]
+    for caller, call, _ in through[-1:] or model.flow.all_call_sites(generator) or ():
+        loop = iterating_loop(caller, call)
+        if loop is None:
+            continue
+        consumer = _iteration(caller, loop, (), depth - 1)
+        if consumer.epoch_loops and consumer.trains:
+            consumer.fixable = False
+            return consumer
+    return None
 
 
 def _enclosing_function(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
@@ -610,7 +827,7 @@ def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
     for call, _ in model.flow.call_sites(generator) or ():
         parent = model.parent(call)
         if isinstance(parent, cst.For) and parent.iter is call:
-            if runs_backward(model, parent):
+            if trains_in(model, parent):
                 return True
             continue
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
@@ -619,9 +836,9 @@ def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
                 use = model.parent(node)
                 if isinstance(use, cst.Arg) and builtin_name(model, model.parent(use).func) == "next":
                     around = loops_around(model, use)
-                    if around and runs_backward(model, around[-1]):
+                    if around and trains_in(model, around[-1]):
                         return True
-                elif isinstance(use, cst.For) and use.iter is node and runs_backward(model, use):
+                elif isinstance(use, cst.For) and use.iter is node and trains_in(model, use):
                     return True
     return False
 
@@ -699,10 +916,17 @@ def _attribute_stays_in_class(model: SemanticModel, binding: Binding) -> bool:
     attribute = key[len("self."):]
     for node, scope, _ in model.references.get(attribute, ()):
         parent = model.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
+        if isinstance(parent, cst.Attribute) and parent.attr is node and not _names_a_module(model, parent):
             if model.binding_key(parent, parent) != key or scope.class_scope is not owner:
                 return False  # `trainer.loader`, or a subclass's `self.loader`
     return True
+
+
+def _names_a_module(model: SemanticModel, attribute: cst.Attribute) -> bool:
+    """`torch.utils.data.sampler` in an import, or an imported module's attribute: no object's."""
+    if model.qualified_name(attribute) is not None:
+        return True
+    return any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in model.ancestors(attribute))
 
 
 def _is_load(model: SemanticModel, node: cst.CSTNode) -> bool:
@@ -766,38 +990,143 @@ def loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
     return loops[::-1]
 
 
+def trains_in(model: SemanticModel, loop: cst.CSTNode) -> bool:
+    """A training loop: its body runs backward (itself or in the functions it calls), and
+    is not one that only reads the gradients it made: a loop that reads `.grad` in its own
+    body and steps no optimizer (`optimizer.step()`, `scaler.step(opt)`, an engine's
+    `step()`, there or in its callees) computes head-importance scores or adversarial
+    inputs, changing no weight, and the order of its batches is no matter."""
+    if not runs_backward(model, loop):
+        return False
+    return not (_reads_grad(model, loop) and not _loop_does(model, loop, "step"))
+
+
+def _reads_grad(model: SemanticModel, loop: cst.CSTNode) -> bool:
+    return any(isinstance(node, cst.Attribute) and node.attr.value == "grad" for node in _walk(loop.body))
+
+
 def runs_backward(model: SemanticModel, loop: cst.CSTNode) -> bool:
-    """A training loop: a call in its own body runs backward (see `dplint.training.backprops`:
+    """A call in the loop's own body runs backward (see `dplint.training.backprops`:
     `loss.backward()`, `scaler.scale(l).backward()`, `accelerator.backward(l)`,
-    `torch.autograd.backward`)."""
+    `torch.autograd.backward`), or a function it calls does."""
+    return _loop_does(model, loop, "backward")
+
+
+def _direct_sites(model: SemanticModel, what: str) -> list:
+    """The call sites that run backward, or that step an optimizer (a `.step(...)` call)."""
+    if what == "backward":
+        return [backprop.site for backprop in backprops(model)]
+    return [site for site in model.calls if isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value == "step"]
+
+
+def _loop_does(model: SemanticModel, loop: cst.CSTNode, what: str) -> bool:
     scope = model.scope(loop)
-    if any(loop in backprop.site.loops and backprop.site.scope is scope for backprop in backprops(model)):
+    if any(loop in site.loops and site.scope is scope for site in _direct_sites(model, what)):
         return True
-    return any(
-        loop in site.loops and site.scope is scope and _callee_runs_backward(model, site.node, 3)
-        for site in model.calls
-    )
+    inside = [site.node for site in model.calls if loop in site.loops and site.scope is scope]
+    # Functions the calls resolve to first; methods found by name (parsing other files) last.
+    return any(_callee_does(model, call, 3, what, False) for call in inside) or any(
+        _callee_does(model, call, 3, what, True) for call in inside)
 
 
-def _callee_runs_backward(model: SemanticModel, call: cst.Call, depth: int) -> bool:
-    """`self._step(batch)` whose body (or its callees', 3 deep) runs backward."""
+def _callee_does(model: SemanticModel, call: cst.Call, depth: int, what: str, by_name: bool) -> bool:
+    """`self._step(batch)` whose body (or its callees', 3 deep) runs backward (or steps);
+    `by_name`: also a method call on an object the code can't type (see `project_methods`)."""
     if depth <= 0:
         return False
     callee = model.flow.callee(call)
     function = callee.function if callee is not None and isinstance(callee.node, cst.FunctionDef) else None
     if function is None:
+        if by_name and callee is None and isinstance(call.func, cst.Attribute) and model.qualified_name(call.func) is None:
+            # `model.optimize_parameters(step)` on an object built by a factory that picks
+            # one of several classes: a method every class of the project trains in.
+            methods = project_methods(model, call.func.attr.value)
+            return bool(methods) and all(_function_does(other, method, depth, what) for other, method in methods)
         return False
-    other = callee.model
-    memo = other.flow.__dict__.setdefault("_runs_backward", {})
-    if function in memo:
-        return memo[function]
-    memo[function] = False  # recursion
+    return _function_does(callee.model, function, depth, what)
+
+
+def _function_does(other: SemanticModel, function: cst.FunctionDef, depth: int, what: str) -> bool:
+    memo = other.flow.__dict__.setdefault("_function_does", {})
+    key = (function, what)
+    if key in memo:
+        return memo[key]
+    memo[key] = False  # recursion
     scope = other.scope(function.body)
-    found = any(backprop.site.scope is scope for backprop in backprops(other)) or any(
-        site.scope is scope and _callee_runs_backward(other, site.node, depth - 1) for site in other.calls
+    found = any(site.scope is scope for site in _direct_sites(other, what)) or any(
+        site.scope is scope and _callee_does(other, site.node, depth - 1, what, False) for site in other.calls
     )
-    memo[function] = found
+    memo[key] = found
     return found
+
+
+# Beyond this many definitions, a method name is too common to stand for one behaviour.
+MAX_METHODS_NAMED = 8
+
+
+def project_methods(model: SemanticModel, name: str) -> list[tuple[SemanticModel, cst.FunctionDef]]:
+    """(model, method) for every method called `name` that a class of the project defines
+    (this file included), abstract stubs aside; empty without a project, for a private or
+    dunder name, or when more than MAX_METHODS_NAMED are found. For calls on an object
+    whose class the code picks at run time (`define_model(opt).optimize_parameters()`)."""
+    project = model.project
+    if project is None or name.startswith("_"):
+        return []
+    own = os.path.abspath(model.path)
+    _, files = project._project_files(own)
+    index = _method_index(project, files)
+    memo = project.__dict__.setdefault("_methods_named", {})
+    key = (files, own, name)
+    if key not in memo:
+        found: list = []
+        defining = index.get(name, {})
+        if sum(defining.values()) > 2 * MAX_METHODS_NAMED:
+            memo[key] = []  # too common a name: no need to parse the files to know
+            return []
+        for path in {*defining, own}:
+            other = model if path == own else project.model_for(path)
+            if other is None:
+                continue
+            found += [(other, node) for node in other.functions.get(name, ())
+                      if isinstance(other.parent(other.parent(node)), cst.ClassDef) and not _is_stub(node)]
+        memo[key] = found if len(found) <= MAX_METHODS_NAMED else []
+    return memo[key]
+
+
+_INDENTED_DEF = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def _method_index(project, files: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Method name -> {project file: how many indented `def`s of that name it holds}, read once."""
+    memo = project.__dict__.setdefault("_method_index", {})
+    if files not in memo:
+        index: dict[str, dict[str, int]] = {}
+        for path in files:
+            for name in _INDENTED_DEF.findall(project._cached_text(path) or ""):
+                counts = index.setdefault(name, {})
+                counts[path] = counts.get(path, 0) + 1
+        memo[files] = index
+    return memo[files]
+
+
+def _is_stub(function: cst.FunctionDef) -> bool:
+    """A body of only a docstring, `pass`, `...` or `raise NotImplementedError`: an abstract
+    method that the classes which run it override."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else (function.body,)
+    for statement in body:
+        if is_docstring(statement):
+            continue
+        small = statement.body if isinstance(statement, cst.SimpleStatementLine) else ()
+        for part in small:
+            if isinstance(part, cst.Pass) or isinstance(part, cst.Expr) and isinstance(part.value, cst.Ellipsis):
+                continue
+            raised = part.exc.func if isinstance(part, cst.Raise) and isinstance(part.exc, cst.Call) else getattr(part, "exc", None)
+            if isinstance(part, cst.Raise) and raised is not None and dotted_name(raised) == "NotImplementedError":
+                continue
+            return False
+        if not small:
+            return False
+    return True
 
 
 def epoch_count_loop(model: SemanticModel, loop: cst.CSTNode) -> Optional[str]:

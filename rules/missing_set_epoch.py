@@ -11,30 +11,44 @@ from dplint.data import (
     SAMPLER_SEED,
     SamplerFlow,
     epoch_count_loop,
-    is_shuffling_distributed_sampler,
+    distributed_sampler_shuffles,
+    epoch_sampler_shuffle,
     returns_shuffling_sampler,
     trace_sampler,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument, literal_value
+from dplint.semantic import DISTRIBUTED_SAMPLER, SemanticModel, argument, literal_value
 
 
 class MissingSetEpoch(Rule):
     """
     ## What it does
     Flags a shuffling `DistributedSampler` whose loader is iterated by a training loop
-    (its batches reach a `.backward()`) that runs again and again (an epoch loop), when
+    (its batches reach a `.backward()`; not a loop that reads `.grad` and steps no
+    optimizer, such as an importance score) that runs again and again (an epoch loop), when
     nothing ever calls `set_epoch(...)` on it: not `sampler.set_epoch`,
     `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`.
 
+    A sampler shuffles with `shuffle` left out or provably true; one whose `shuffle` is a
+    value the code can't tell (`shuffle=opt["train"]["shuffle"]`, read from a config file)
+    is flagged too, worded "whenever `shuffle=...` is true": it is meant to shuffle on the
+    runs that set it, and `set_epoch` costs nothing on the others. Besides torch's
+    `DistributedSampler` (and its subclasses), a sampler class of the project (named
+    `...Sampler`) counts when its `set_epoch` stores a `self.<x>` that its `__iter__`
+    reads, as a copy of torch's does; its `shuffle` is read from the call or its
+    `__init__` default. A batch sampler class of the project (one with `__iter__`) that
+    keeps the sampler as `self.sampler` holds it as `loader.batch_sampler.sampler`.
+
     The sampler is followed through names (every binding that can reach a use, branch by
-    branch; a module global also where a function reads it), loaders (torch's and PyG's)
-    and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
+    branch; a module global also where a function reads it), loaders (torch's and PyG's,
+    and a project subclass of DataLoader given `sampler=` that hands its `**kwargs` to
+    `super().__init__`) and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
     DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, read back
     as `loaders["train"]` or `loaders[phase]`; another literal key is another entry), the
     loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
-    loader (`loader = tqdm(loader)`), the parameters of functions and constructors it is
-    passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
+    loader (`loader = tqdm(loader)`), either branch of a conditional expression
+    (`tqdm(loader) if rank == 0 else loader`), the parameters of functions and
+    constructors it is passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
     method's `self` given the instance by `mp.spawn`), and the values they return (also one
     element of a returned tuple: `train_dl, val_dl = make_loaders()`); a value returned by
     a function entered through a parameter goes back to that call only.
@@ -49,22 +63,36 @@ class MissingSetEpoch(Rule):
     with a `shuffle` its only caller passes), a sampler that stays inside a loader where it
     is built. Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`),
     `iter(loader)` with `next()`, or a generator that re-iterates it (`while True: for b in
-    loader: yield b`) whose batches are drawn in a training loop. The epoch loop, the
-    iteration and the `backward()` may sit in different functions (`fit()` ->
-    `_one_pass()` -> `_step()`) and files.
+    loader: yield b`) whose batches are drawn in a training loop; a generator that passes
+    one pass of it on (a logger's `for x in metric_logger.log_every(loader, 10)`) is
+    iterated where its call is, in whichever file (when entered through its parameter,
+    at that call only). The epoch loop, the iteration and the `backward()` may sit in
+    different functions (`fit()` -> `_one_pass()` -> `_step()`) and files; a step called
+    on an object whose class is
+    picked at run time (`model = define_model(opt)`; `model.optimize_parameters()`) trains
+    when every definition of that method in the project's classes (abstract stubs aside,
+    at most 8) runs backward.
 
-    It stays silent when the sampler does not provably shuffle (`shuffle=False`, or a
-    config value), when the loader is iterated once or only for evaluation, when the sampler
-    is rebuilt each epoch with a changing `seed=`, and whenever the sampler or its loader
+    It stays silent when the sampler provably does not shuffle (`shuffle=False`, also
+    through parameters whose callers all pass False), when the loader is iterated once or
+    only for evaluation, when the sampler is rebuilt each epoch with a changing `seed=`,
+    and whenever the sampler or its loader
     reaches code that cannot be seen: a call of something that is neither a function nor a
     class of the file or project (a third-party trainer such as Lightning's `Trainer.fit`,
     Accelerate's `prepare`, an attribute of an unknown object), a list or a dict's
     `.items()`/`.values()`, a function whose callers are not all visible (a callback, one
     named in more project files than are searched, or passed as a value in another file),
     or a class attribute read from outside its class. Such code may call `set_epoch`
-    itself, as Lightning and Accelerate do. Callers in other files are found by a text
-    search of the project for the function's name next to an import of its module: code
-    that reaches the function otherwise (`getattr`, a registry) is not seen.
+    itself, as Lightning and Accelerate do. One exception: a method call on an object the
+    code can't type, that is a function or class of the project or a method name only the
+    project's classes define (a callback hook: `self.callbacks.on_epoch_begin(loader=...)`),
+    does not stop the search when no file of the project holds the text `set_epoch` or
+    imports a library that calls it (Lightning, Accelerate, transformers, Ignite,
+    DeepSpeed, MMEngine...): nothing there can move the epoch.
+
+    Callers in other files are found by a text search of the project for the function's
+    name next to an import of its module: code that reaches the function otherwise
+    (`getattr`, a registry) is not seen.
 
     ## Why is this bad?
     `DistributedSampler.__iter__` seeds its permutation with `seed + self.epoch`
@@ -109,7 +137,7 @@ class MissingSetEpoch(Rule):
     severity = Severity.ERROR
     summary = "shuffling DistributedSampler without set_epoch(): every epoch repeats one order"
     fix_applicability = Applicability.SAFE
-    tokens = ("DistributedSampler",)
+    tokens = ("DistributedSampler", ("Sampler", "DataLoader"), ("Sampler", "set_epoch"))  # a project sampler: built for a loader, or defined here
 
     VALID = (
         # set_epoch through the loader.
@@ -204,7 +232,8 @@ class MissingSetEpoch(Rule):
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         for site in model.calls:
             sampler = site.node
-            built_here = is_shuffling_distributed_sampler(model, sampler)
+            shuffles = distributed_sampler_shuffles(model, sampler)
+            built_here = shuffles is not False
             if not (built_here or returns_shuffling_sampler(model, sampler)):
                 continue
             flow = trace_sampler(model, sampler)
@@ -220,10 +249,11 @@ class MissingSetEpoch(Rule):
             yield Violation(
                 node=sampler,
                 message=(
-                    ("This DistributedSampler shuffles" if built_here else
+                    (f"This {_kind(model, sampler)} shuffles{_when(model, sampler, shuffles)}" if built_here else
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
-                    + ", but `set_epoch()` is never called on it: it "
-                    f"seeds its order with `seed + epoch`, so every epoch of the loop at line {line} "
+                    + ", but `set_epoch()` is never called on it: it seeds its order with "
+                    + ("`seed + epoch`" if _kind(model, sampler) == "DistributedSampler" else "its epoch")
+                    + f", so every epoch of the loop at line {line} "
                     "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
                     "start of each epoch"
                 ),
@@ -248,6 +278,19 @@ class MissingSetEpoch(Rule):
             f"Call `{sampler}.set_epoch({epoch})` at the start of each epoch",
             (Edit(first, f"{sampler}.set_epoch({epoch})", EditKind.INSERT_BEFORE_STATEMENT),),
         )
+
+
+def _kind(model: SemanticModel, sampler: cst.Call) -> str:
+    if model.qualified_name(sampler.func) == DISTRIBUTED_SAMPLER:
+        return "DistributedSampler"
+    return f"`{model.code(sampler.func)}` sampler"
+
+
+def _when(model: SemanticModel, sampler: cst.Call, shuffles: Optional[bool]) -> str:
+    """`shuffle=opt["shuffle"]`: the order repeats on the runs where that value is true."""
+    if shuffles is True:
+        return ""
+    return f" whenever `shuffle={model.code(epoch_sampler_shuffle(model, sampler))}` is true"
 
 
 def _shown_path(path: str) -> str:

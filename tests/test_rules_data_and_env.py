@@ -121,9 +121,8 @@ def test_set_epoch_not_needed_when_rebuilt_with_a_new_seed_each_epoch():
 @pytest.mark.parametrize(
     "code",
     [
-        # shuffle off, or not provably on
+        # shuffle off (a config value is flagged: tests/test_data_epoch_samplers.py)
         LOADER.replace("DistributedSampler(ds)", "DistributedSampler(ds, None, None, False)"),
-        LOADER.replace("DistributedSampler(ds)", "DistributedSampler(ds, shuffle=args.shuffle)"),
         LOADER.replace("DistributedSampler(ds)", "DistributedSampler(ds, **sampler_kwargs)"),
         # the sampler or its loader escapes into code the file can't see
         LOADER + "loader = accelerator.prepare(loader)\n",
