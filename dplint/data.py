@@ -631,14 +631,14 @@ def project_never_sets_epoch(model: SemanticModel) -> bool:
     if project is None:
         return False
     own = os.path.abspath(model.path)
-    _, files = project._project_files(own)
+    files = project.project_files(own)
     if not files:
         return False
     memo = project.__dict__.setdefault("_never_sets_epoch", {})
     if files not in memo:
         memo[files] = not any(
             text is None or "set_epoch" in text or _IMPORTS_EPOCH_SETTER.search(text)
-            for text in map(project._cached_text, files)
+            for text in map(project.file_text, files)
         )
     return memo[files]
 
@@ -1073,7 +1073,7 @@ def project_methods(model: SemanticModel, name: str) -> list[tuple[SemanticModel
     if project is None or name.startswith("_"):
         return []
     own = os.path.abspath(model.path)
-    _, files = project._project_files(own)
+    files = project.project_files(own)
     index = _method_index(project, files)
     memo = project.__dict__.setdefault("_methods_named", {})
     key = (files, own, name)
@@ -1102,7 +1102,7 @@ def _method_index(project, files: tuple[str, ...]) -> dict[str, dict[str, int]]:
     if files not in memo:
         index: dict[str, dict[str, int]] = {}
         for path in files:
-            for name in _INDENTED_DEF.findall(project._cached_text(path) or ""):
+            for name in _INDENTED_DEF.findall(project.file_text(path) or ""):
                 counts = index.setdefault(name, {})
                 counts[path] = counts.get(path, 0) + 1
         memo[files] = index

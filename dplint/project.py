@@ -287,6 +287,14 @@ class Project:
             self._texts[path] = text
         return self._texts[path]
 
+    def file_text(self, path: str) -> Optional[str]:
+        """A project file's text, read once per run (None when it cannot be read)."""
+        return self._text(path)
+
+    def project_files(self, own: str) -> tuple[str, ...]:
+        """The .py files of the project `own` belongs to (empty when it is too big to scan)."""
+        return self._project_files(own)[1]
+
     def _scanned(self, path: str) -> Optional[_ScannedText]:
         """The file's text with its imports and top-level definitions found (once per run)."""
         if path not in self._scans:
