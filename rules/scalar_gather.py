@@ -380,6 +380,10 @@ def _gathered_results(model: SemanticModel, root: cst.BaseExpression, at: cst.CS
             elif not _is_reduction(model, expr):
                 found.append((expr, part, anchor or expr))
             continue
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply) and (
+            _is_zero(expr.left) or _is_zero(expr.right)
+        ):
+            continue  # `0 * pred[0]`: a term that only keeps the graph connected, not the loss
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, ARITHMETIC):
             stack.extend(((expr.right, where, part, anchor), (expr.left, where, part, anchor)))  # left first
             continue
@@ -401,6 +405,10 @@ def _gathered_results(model: SemanticModel, root: cst.BaseExpression, at: cst.CS
             elif isinstance(binding.node, cst.Assign):  # `a, b = dp(x)`, `out, loss = out`
                 stack.append((binding.node.value, binding.node, _deeper(_unpacked_part(model, binding), part), anchor))
     return found
+
+
+def _is_zero(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.Integer, cst.Float)) and float(expr.value.replace("_", "")) == 0
 
 
 def _is_reduction(model: SemanticModel, call: cst.BaseExpression) -> bool:
