@@ -852,6 +852,11 @@ def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...
     certain = certain and _holds_only_this(model, binding)
     flow.holders.append((binding, path, certain))
     key, owner = binding.key, binding.scope
+    if key.startswith("self.") and any(held.key == key for held, _, _ in flow.holders[:-1]):
+        # a subclass storing what its base class's method returned (`self.train_loader =
+        # self.get_train_dataloader(ds)`) in the attribute the base already keeps it in: the
+        # same slot of the same object, whose reads the base's binding is followed to
+        return
     if key.startswith("self.") and not _attribute_stays_in_class(model, binding):
         flow.escapes = True
         return
