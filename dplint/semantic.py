@@ -994,6 +994,12 @@ def _child_fields(node: cst.CSTNode) -> Optional[tuple[str, ...]]:
     call. Checked against `node.children` on the first node of the type; None (use
     `children`) where the source cannot be read or the check fails."""
     node_type = type(node)
+    from dplint.libcst_fields import CHILD_FIELDS
+
+    known = CHILD_FIELDS.get(node_type.__name__)
+    if known is not None and list(_fields_children(node, known)) == list(node.children):
+        _CHILD_FIELDS[node_type] = known  # the shipped table, checked on this first node
+        return known
     fields: Optional[tuple[str, ...]] = None
     try:
         source = textwrap.dedent(inspect.getsource(node_type._visit_and_replace_children))
