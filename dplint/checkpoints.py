@@ -16,6 +16,7 @@ Everything here answers None (or leaves an entry out) where the code cannot tell
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import weakref
@@ -38,6 +39,7 @@ from dplint.semantic import (
 )
 
 TORCH_SAVE = "torch.save"
+SAVE_WRAPPED_CODE = "DPL006"  # the rule these facts serve: its pre-filter decides which files it checks
 TORCH_LOAD = "torch.load"
 CONSUME_PREFIX_MODULE = "torch.nn.modules.utils"
 CONSUME_PREFIX_NAME = "consume_prefix_in_state_dict_if_present"
@@ -252,9 +254,7 @@ def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at:
 
 def _ddp_without_group(wrapping: Optional[Wrapping], here) -> bool:
     """A DDP wrapper where `dist.is_initialized()` failed: DDP cannot be built without the group."""
-    return wrapping is not None and wrapping.kind == "DDP" and any(
-        not c.holds and c.test.endswith("is_initialized()") for c in here
-    )
+    return wrapping is not None and wrapping.kind == "DDP" and any(not c.holds and c.tests_process_group for c in here)
 
 
 # Batch-norm converters return the module they are given, wrapper and all, with its
@@ -714,7 +714,7 @@ def _unwrapped_kinds(model: SemanticModel, at: cst.CSTNode, name: str) -> Option
             if condition.holds:
                 return None
             kinds |= ALL_WRAPPER_KINDS
-        if test.endswith("is_initialized()") and not condition.holds:
+        if condition.tests_process_group and not condition.holds:
             kinds.add("DDP")  # no process group: not a DDP wrapper
     return frozenset(kinds)
 
@@ -964,10 +964,15 @@ def _checked_for_wrapper_saves(model: SemanticModel, other: SemanticModel) -> bo
     whose `save_network(net, ...)` saves what a subclass in another file passes."""
     if other is model or getattr(other, "project", None) is None:
         return True
-    text = other.code(other.module)
+    from dplint.registry import rule_catalog
+    from dplint.rule import tokens_match
+
+    text = other.project.file_text(os.path.abspath(other.path))
+    if text is None:
+        return True
     closure = other.project.import_closure(other.path, text)
-    searched = "\n".join((text, *closure.values()))
-    return "DataParallel" in searched and "state_dict" in searched
+    tokens = next(entry.tokens for entry in rule_catalog() if entry.code == SAVE_WRAPPED_CODE)
+    return tokens_match("\n".join((text, *closure.values())), tokens)
 
 
 def _helper_path(model, call, other, function, bound, saved: SavedParameter) -> CheckpointPath:

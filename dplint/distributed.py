@@ -31,7 +31,15 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.semantic import SemanticModel, argument, children_of, dotted_name, literal_value, peel_self_returning
+from dplint.semantic import (
+    SemanticModel,
+    argument,
+    children_of,
+    dotted_name,
+    literal_value,
+    names_a_definition,
+    peel_self_returning,
+)
 
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 # Calls that make the process one rank of several (launched by torchrun, mp.spawn, a
@@ -391,7 +399,7 @@ def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Option
         return frozenset((bool(literal_value(test)),))
     except ValueError:
         pass
-    if isinstance(test, cst.Name) and _names_a_definition(model, test.value):
+    if isinstance(test, cst.Name) and names_a_definition(model, test.value):
         return frozenset((True,))  # `not evaluate` with `def evaluate(...)` in the file: always False
     if depth > 0 and isinstance(test, (cst.Name, cst.Attribute)):
         values = _parameter_values(model, test, site) if isinstance(test, cst.Name) else []
@@ -403,13 +411,6 @@ def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Option
         if answers and None not in answers:
             return frozenset().union(*answers)
     return None if mentions_rank(model, test) else BOTH
-
-
-def _names_a_definition(model: SemanticModel, name: str) -> bool:
-    """The file binds `name` once, to a top-level function or class (a function is truthy)."""
-    bindings = model.bindings.get(name, ())
-    return len(bindings) == 1 and isinstance(bindings[0].node, (cst.FunctionDef, cst.ClassDef)) \
-        and bindings[0].scope.kind == "module"
 
 
 def _is_main_reference(expr: cst.BaseExpression) -> bool:

@@ -93,6 +93,12 @@ class Condition:
     def negated(self) -> "Condition":
         return Condition(self.test, not self.holds, self.scope)
 
+    @property
+    def tests_process_group(self) -> bool:
+        """`dist.is_initialized()`, `torch.distributed.is_initialized()`: whether the process
+        group is up, which a DistributedDataParallel needs (not `torch.cuda.is_initialized()`)."""
+        return self.test.endswith("is_initialized()") and not self.test.endswith("cuda.is_initialized()")
+
 
 Path = tuple  # tuple[Condition, ...]
 
@@ -593,12 +599,15 @@ class Flow:
                     return found[0], method, bound
         return None
 
-    def _class_named(self, expr: cst.BaseExpression) -> Optional[tuple]:
-        """(model, ClassDef) of a base class named in this file or imported from the project."""
+    def _class_named(self, expr: cst.BaseExpression, local: bool = False) -> Optional[tuple]:
+        """(model, ClassDef) of a base class named in this file or (unless `local`) imported
+        from the project."""
         if not isinstance(expr, cst.Name):
             return None
         if expr.value in self.model.classes:
             return self.model, self.model.classes[expr.value]
+        if local:
+            return None
         resolved = self.resolve_import(expr.value)
         if resolved is not None and isinstance(resolved[1], cst.ClassDef):
             return resolved
@@ -943,15 +952,8 @@ class Flow:
         if depth <= 0:
             return None
         for base in class_node.bases:
-            if not isinstance(base.value, cst.Name):
-                continue
-            if base.value.value in model.classes:
-                found = (model, model.classes[base.value.value])
-            elif local:
-                continue
-            else:
-                found = model.flow.resolve_import(base.value.value)
-            if found is not None and isinstance(found[1], cst.ClassDef) and found[1] is not class_node:
+            found = model.flow._class_named(base.value, local)
+            if found is not None and found[1] is not class_node:
                 inherited = self._method_of_class(found[0], found[1], name, local, depth - 1)
                 if inherited is not None:
                     return inherited
@@ -1116,17 +1118,16 @@ def _stores_parameter(method: cst.FunctionDef, param: str) -> Optional[str]:
 
 
 def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Optional[bool]:
-    from dplint.semantic import literal_value
+    from dplint.semantic import literal_value, names_a_definition
 
     if isinstance(test, cst.Name) and test.value in ("True", "False"):
         return test.value == "True"
     if isinstance(test, cst.Name):
         # A constant: a name the file binds once, to a literal (`use_cuda = True`), or to a
         # function or class (`not evaluate` with `def evaluate(...)` is always False).
-        bindings = model.bindings.get(test.value, ())
-        if len(bindings) == 1 and isinstance(bindings[0].node, (cst.FunctionDef, cst.ClassDef)) \
-                and bindings[0].scope.kind == "module":
+        if names_a_definition(model, test.value):
             return True
+        bindings = model.bindings.get(test.value, ())
         if len(bindings) == 1 and bindings[0].value is not None and isinstance(bindings[0].node, cst.Assign):
             test = bindings[0].value
         else:

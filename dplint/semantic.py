@@ -954,27 +954,20 @@ class _SpanRecorder(CodegenState):
 _CHILD_FIELDS: dict[type, Optional[tuple[str, ...]]] = {}
 
 
+def names_a_definition(model: "SemanticModel", name: str) -> bool:
+    """The file binds `name` once, to a top-level function or class: a value that is always
+    true (`not evaluate` with `def evaluate(...)` is always False)."""
+    bindings = model.bindings.get(name, ())
+    return len(bindings) == 1 and isinstance(bindings[0].node, (cst.FunctionDef, cst.ClassDef)) \
+        and bindings[0].scope.kind == "module"
+
+
 def walk(node: cst.CSTNode, visitor) -> None:
     """`node.visit(visitor)` for a read-only visitor with `on_visit` / `on_leave` only: the
     same nodes, in the same (source) order, `on_visit` returning False skipping the children."""
     if visitor.on_visit(node):
-        node_type = type(node)
-        try:
-            fields = _CHILD_FIELDS[node_type]
-        except KeyError:
-            fields = _child_fields(node)
-        if fields is None:
-            for child in node.children:
-                walk(child, visitor)
-        else:
-            for name in fields:
-                value = getattr(node, name)
-                kind = type(value)
-                if kind is tuple or kind is list:
-                    for child in value:
-                        walk(child, visitor)
-                elif value is not None and kind is not cst.MaybeSentinel:
-                    walk(value, visitor)
+        for child in children_of(node):
+            walk(child, visitor)
     visitor.on_leave(node)
 
 

@@ -22,7 +22,6 @@ from dplint.wrappers import (
 
 # A test that holds when DeepSpeed runs the model (`if self.deepspeed:`, `args.deepspeed`).
 _DEEPSPEED = re.compile(r"deepspeed", re.IGNORECASE)
-_GROUP_IS_UP = re.compile(r"\bis_initialized\(\)$")
 
 
 class ModuleOnBareModel(Rule):
@@ -158,7 +157,7 @@ class ModuleOnBareModel(Rule):
             if any(c.holds and _DEEPSPEED.search(c.test) for c in conditions_at(model, node)):
                 continue  # under DeepSpeed the object is its engine, which has `.module` too
             if any(w.kind == "DDP" for w in wrappings) and any(
-                c.holds and _GROUP_IS_UP.search(c.test) for c in conditions_at(model, node)
+                c.holds and c.tests_process_group for c in conditions_at(model, node)
             ):
                 continue  # `if dist.is_initialized(): m.module`: the process group the DDP wrap needs is up
             target = model.code(base)
