@@ -171,9 +171,18 @@ class Flow:
         self._base_stores: dict = {}  # (id(method), name) -> (class, attribute) or None
         self._conditions: dict[tuple, tuple] = {}
         self._inlining: set = set()  # calls whose predicate body is being looked up
+        # `self.x` left by a project base class's methods, one stand-in Binding per (class, key)
+        self._inherited: dict[tuple, Optional["Binding"]] = {}
+        self._inherited_of: dict[int, "Scope"] = {}  # id(stand-in) -> the subclass's scope
+        self._bases_binding: dict[tuple, list] = {}
+        self._base_call_cache: dict[tuple, list] = {}
+        self._calls_by_function: Optional[dict] = None
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
+        return [entry for entry in self._reaching(key, at) if id(entry[0]) not in self._inherited_of]
+
+    def _reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
         model = self.model
         use_scope = model.scope(at)
         owner = model.owner_scope(key, use_scope)
@@ -211,13 +220,30 @@ class Flow:
 
     def _reaching_attribute(self, key: str, at: cst.CSTNode, owner: "Scope", use_scope: "Scope") -> list:
         method = use_scope.node if use_scope.class_scope is owner else None
-        bindings = [b for b in self.model.bindings.get(key, ()) if b.scope is owner]
         if method is None:
-            return [(b, ()) for b in bindings]
-        elsewhere = [b for b in bindings if not _inside(self.model, b.node, method)]
+            inherited = self._inherited_binding(owner, key)
+            return [(b, ()) for b in self.model.bindings.get(key, ()) if b.scope is owner] + (
+                [(inherited, ())] if inherited is not None else [])
+        return self._reaching_in(owner, key, at, method, self._left_by_others(owner, key, method))
+
+    def _left_by_others(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list:
+        """`_attribute_left`, and what the base classes left (`super().__init__(model)` wrapped
+        it): live in every method, unless the class's own constructor replaces it or `method`
+        itself calls the base's method (then the walk takes it up at that call)."""
+        initial = self._attribute_left(owner, key, method)
+        inherited = self._inherited_binding(owner, key)
+        if inherited is not None and not any(b is inherited for b, _ in initial) \
+                and not self._base_calls(owner, key, method) and not self._constructor_replaces(owner, key, method):
+            initial.append((inherited, ()))
+        return initial
+
+    def _attribute_left(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list:
+        """What the class's methods other than `method` leave in `self.key`: what is live when
+        each ends, with the branch conditions it took (`self.net = build(); if ddp: self.net =
+        DDP(self.net)`), constructor first."""
+        bindings = [b for b in self.model.bindings.get(key, ()) if b.scope is owner]
+        elsewhere = [b for b in bindings if method is None or not _inside(self.model, b.node, method)]
         elsewhere.sort(key=lambda b: _method_rank(self.model, b.node))
-        # What another method leaves behind is what is live when it ends, with the branch
-        # conditions it took (`self.net = build(); if ddp: self.net = DDP(self.net)`).
         initial: list = []
         for other in dict.fromkeys(_enclosing_function(self.model, b.node) for b in elsewhere):
             if other is None:
@@ -226,7 +252,142 @@ class Flow:
             if left is None:  # it always returns: any of its bindings may be what stays
                 left = [(b, self.branch_conditions(b.node)) for b in elsewhere if _enclosing_function(self.model, b.node) is other]
             initial.extend(entry for entry in left if entry not in initial)
-        return self._reaching_in(owner, key, at, method, initial)
+        return initial
+
+    # ------------------------------------------------------ attributes of base classes
+    def _inherited_binding(self, owner: "Scope", key: str) -> Optional["Binding"]:
+        """A stand-in Binding for "what a project base class's methods left in `self.key`", or
+        None when no base class (of this file or imported, up to three levels) binds it."""
+        if owner is None or owner.kind != "class" or not isinstance(owner.node, cst.ClassDef):
+            return None
+        cache_key = (id(owner.node), key)
+        if cache_key not in self._inherited:
+            self._inherited[cache_key] = None  # a class hierarchy that loops answers "none"
+            if self.bases_binding(owner.node, key):
+                from dplint.semantic import Binding
+
+                stand_in = Binding(key, None, owner.node, owner, -1)
+                self._inherited_of[id(stand_in)] = owner
+                self._inherited[cache_key] = stand_in
+        return self._inherited[cache_key]
+
+    def bases_binding(self, class_node: cst.ClassDef, key: str, depth: int = 3) -> list[tuple]:
+        """(model, ClassDef, class Scope) of the nearest project base classes of `class_node`
+        (a class of this file) whose methods bind `self.key` (`self.model = DDP(model)` in
+        `BaseTrainer.__init__`), first bases first."""
+        cache_key = (id(class_node), key)
+        if cache_key in self._bases_binding:
+            return self._bases_binding[cache_key]
+        self._bases_binding[cache_key] = []
+        found: list = []
+        for base in class_node.bases:
+            named = self._class_named(base.value)
+            if named is None or named[1] is class_node:
+                continue
+            base_model, base_class = named
+            binding = next((b for b in base_model.bindings.get(key, ()) if b.scope.node is base_class), None)
+            if binding is not None:
+                found.append((base_model, base_class, binding.scope))
+            elif depth > 1:
+                found.extend(base_model.flow.bases_binding(base_class, key, depth - 1))
+        self._bases_binding[cache_key] = found
+        return found
+
+    def project_bases(self, class_node: cst.ClassDef, depth: int = 3) -> list[tuple]:
+        """(model, ClassDef) of every project base class of `class_node` (a class of this
+        file), of this file or imported, nearest first, up to `depth` levels."""
+        found: list = []
+        for base in class_node.bases:
+            named = self._class_named(base.value)
+            if named is None or named[1] is class_node or any(named[1] is c for _, c in found):
+                continue
+            found.append(named)
+            if depth > 1:
+                found.extend(b for b in named[0].flow.project_bases(named[1], depth - 1) if not any(b[1] is c for _, c in found))
+        return found
+
+    def _base_calls(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list[tuple]:
+        """(call, base model, base method, bound) for each call in `method` of a base class's
+        constructor or of a base method that binds `self.key` (`super().__init__(model, cfg)`,
+        `Base.__init__(self, model)`): where the base's value of `self.key` takes over."""
+        if not isinstance(method, cst.FunctionDef) or not isinstance(owner.node, cst.ClassDef):
+            return []
+        cache_key = (id(owner.node), key, id(method))
+        if cache_key in self._base_call_cache:
+            return self._base_call_cache[cache_key]
+        scope = self.model.scope(method.body)
+        self_name = _instance_parameter(self.model, scope) if scope.node is method else None
+        base_names = {base.value.value for base in owner.node.bases if isinstance(base.value, cst.Name)}
+        found = []
+        for call in self._own_calls(method):
+            func = call.func
+            if not isinstance(func, cst.Attribute) or not (
+                isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super"
+                or isinstance(func.value, cst.Name) and func.value.value in base_names
+            ):
+                continue  # cheap test first: only `super().m(...)` and `Base.m(self, ...)` qualify
+            base = self._base_method(owner.node, call, self_name)
+            if base is None:
+                continue
+            base_model, base_method, bound = base
+            if base_method.name.value == "__init__" or any(
+                _inside(base_model, b.node, base_method) for b in base_model.bindings.get(key, ())
+            ):
+                found.append((call, base_model, base_method, bound))
+        self._base_call_cache[cache_key] = found
+        return found
+
+    def _own_calls(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """The calls a function's own body makes (its scope's, not nested functions')."""
+        if self._calls_by_function is None:
+            self._calls_by_function = {}
+            for site in self.model.calls:
+                self._calls_by_function.setdefault(site.scope.node, []).append(site.node)
+        return self._calls_by_function.get(function, [])
+
+    def _constructor_replaces(self, owner: "Scope", key: str, method: cst.CSTNode) -> bool:
+        """Whether the class's own `__init__` (not `method`) surely replaces what its base
+        classes left in `self.key`: a binding after its `super().__init__(...)`, or a binding
+        of its body's top level when it never calls the base's constructor."""
+        constructor = class_method(owner.node, "__init__") if isinstance(owner.node, cst.ClassDef) else None
+        if constructor is None or constructor is method:
+            return False
+        inherited = self._inherited_binding(owner, key)
+        if self._base_calls(owner, key, constructor):
+            left = self._exit_state(owner, key, constructor)
+            return left is not None and not any(b is inherited for b, _ in left)
+        for binding in self.model.bindings.get(key, ()):
+            if binding.scope is owner and _enclosing_function(self.model, binding.node) is constructor:
+                statement = self.model.statement_of(binding.node)
+                if self.model.parent(self.model.parent(statement)) is constructor:
+                    return True
+        return False
+
+    def _inherited_values(self, owner: "Scope", key: str, path: Path, depth: int) -> list[Value]:
+        """What `self.key` may hold as the base classes of `owner` (a class of this file) left
+        it: each base's own values, its constructor's parameters mapped to what this class's
+        `super().__init__(...)` passes, and its branch tests on `self.x` read as this class's."""
+        values: list[Value] = []
+        constructor = class_method(owner.node, "__init__")
+        calls = self._base_calls(owner, key, constructor) if constructor is not None else []
+        for base_model, base_class, base_scope in self.bases_binding(owner.node, key):
+            flow = base_model.flow
+            base_init = class_method(base_class, "__init__")
+            to_base = [c for c in calls if c[2] is base_init and base_init is not None]
+            context = ((base_init, to_base[0][0], self.model, to_base[0][3]),) if len(to_base) == 1 else ()
+            for binding, conditions in flow._left_by_others(base_scope, key, None):
+                if id(binding) in flow._inherited_of:
+                    found = flow._inherited_values(base_scope, key, conditions, depth - 1)
+                else:
+                    found = flow._binding_values(key, binding, conditions, context, depth - 1)
+                for value in found:
+                    if value.model is base_model or value.model is self.model:
+                        mapped = _as_subclass_conditions(value.conditions, base_class, owner.node) \
+                            if value.model is base_model else value.conditions
+                        values.append(Value(value.model, value.expr, _join(path, mapped), value.binding))
+                    else:
+                        values.append(Value(value.model, value.expr, path, value.binding))
+        return values or [Value(self.model, None, path)]
 
     def branch_conditions(self, node: cst.CSTNode) -> Path:
         """The `if` tests around a node inside its own function (outermost first)."""
@@ -262,6 +423,12 @@ class Flow:
                 state = [(binding, ())]
                 continue
             index.setdefault(self._anchor(binding.node), []).append(binding)
+        inherited = self._inherited_binding(owner, key) if key.startswith("self.") else None
+        if inherited is not None:
+            # `super().__init__(model)`: from here on, what the base class left (a binding in
+            # the same statement, `self.net = super().build()`, comes after it)
+            for call, *_ in self._base_calls(owner, key, body_owner):
+                index.setdefault(self._anchor(call), []).insert(0, inherited)
         self._index = index
         self._records_now = records
         node = body_owner
@@ -651,7 +818,7 @@ class Flow:
             if isinstance(expr, cst.Call):
                 return self._call_values(expr, path, _context, _depth)
             return [Value(model, expr, path)]
-        entries = self.reaching(key, at)
+        entries = self._reaching(key, at)
         if not entries:
             if isinstance(expr, cst.Name) and expr.value not in model.bindings:
                 return [Value(model, expr, path)]  # a builtin or a name from a star import
@@ -659,23 +826,31 @@ class Flow:
         values: list[Value] = []
         for binding, conditions in entries:
             joined = _join(path, conditions)
-            if binding.value is not None:
-                found = self.values_at(binding.value, binding.node, joined, _context, _depth - 1)
-            elif isinstance(binding.node, cst.Param):
-                found = self._parameter_values(binding, joined, _context, _depth)
-            elif isinstance(binding.node, (cst.Assign, cst.AnnAssign)) and isinstance(
-                binding.node.value, cst.Call
-            ):
-                found = self._unpacked_values(binding, joined, _context, _depth)
-            elif isinstance(binding.node, cst.ImportFrom) and model.project is not None:
-                found = self._imported_values(key, joined, _depth)
-            else:
-                found = [Value(model, None, joined)]
-            for value in found:
-                if value.binding is None:
-                    value.binding = binding
-            values.extend(found)
+            if id(binding) in self._inherited_of:
+                values.extend(self._inherited_values(self._inherited_of[id(binding)], key, joined, _depth))
+                continue
+            values.extend(self._binding_values(key, binding, joined, _context, _depth))
         return values
+
+    def _binding_values(self, key: str, binding: "Binding", joined: Path, _context: tuple, _depth: int) -> list[Value]:
+        """What one binding of `key` (of this file) gives, on the path `joined`."""
+        model = self.model
+        if binding.value is not None:
+            found = self.values_at(binding.value, binding.node, joined, _context, _depth - 1)
+        elif isinstance(binding.node, cst.Param):
+            found = self._parameter_values(binding, joined, _context, _depth)
+        elif isinstance(binding.node, (cst.Assign, cst.AnnAssign)) and isinstance(
+            binding.node.value, cst.Call
+        ):
+            found = self._unpacked_values(binding, joined, _context, _depth)
+        elif isinstance(binding.node, cst.ImportFrom) and model.project is not None:
+            found = self._imported_values(key, joined, _depth)
+        else:
+            found = [Value(model, None, joined)]
+        for value in found:
+            if value.binding is None:
+                value.binding = binding
+        return found
 
     def value_expressions(self, expr, at=None) -> list[cst.BaseExpression]:
         """The known expressions (of this file) `expr` may hold; [] when any is unknown."""
@@ -1095,6 +1270,12 @@ def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
 
     walk(function, Collect())
     return found
+
+
+def _as_subclass_conditions(conditions: Path, base_class: cst.ClassDef, subclass: cst.ClassDef) -> Path:
+    """A base class's tests on `self.x` (one test in all its methods) are the same tests in a
+    subclass's methods: the same instance."""
+    return tuple(Condition(c.test, c.holds, id(subclass)) if c.scope == id(base_class) else c for c in conditions)
 
 
 def _stores_parameter(method: cst.FunctionDef, param: str) -> Optional[str]:

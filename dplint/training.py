@@ -806,6 +806,28 @@ def wrappings(model: SemanticModel) -> list[Wrapping]:
     return list(_wrappers_by_call(model).values())
 
 
+def inherited_wrappers(model: SemanticModel, depth: int = 3) -> bool:
+    """Whether a class of the file subclasses a project class (of this file or imported, up to
+    `depth` levels) whose file builds a wrapper (`class Trainer(BaseTrainer)` with
+    `self.net = DDP(...)` in `BaseTrainer.__init__`): the subclass's `self.net` may hold it."""
+    if model.project is None:
+        return False
+    seen: set = set()
+    stack = [(model, node, depth) for node in model.classes.values()]
+    while stack:
+        owner, class_node, left = stack.pop()
+        for base in class_node.bases:
+            named = owner.flow._class_named(base.value)
+            if named is None or named[1] is class_node or id(named[1]) in seen:
+                continue
+            seen.add(id(named[1]))
+            if named[0] is not model and wrappings(named[0]):
+                return True
+            if left > 1:
+                stack.append((named[0], named[1], left - 1))
+    return False
+
+
 def _wrappers_by_call(model: SemanticModel) -> dict[cst.Call, Wrapping]:
     by_call = _WRAPPERS.get(model)
     if by_call is None:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
-from dplint.training import wrappings as wrappers_built
+from dplint.training import inherited_wrappers, wrappings as wrappers_built
 from dplint.project import owns
 from dplint.wrappers import (
     WRAPPER_CLASS_NAMES,
@@ -123,8 +123,8 @@ class AttributeThroughWrapper(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
-        if not wrappers_built(model):
-            return  # no wrapper built here or returned by a helper the file calls: nothing to follow
+        if not wrappers_built(model) and not inherited_wrappers(model):
+            return  # no wrapper built here, returned by a helper the file calls or left by a base class
         stored = _assigned_attributes(model)
         for node in model.nodes():
             if not isinstance(node, cst.Attribute) or is_store(model, node):
@@ -141,7 +141,8 @@ class AttributeThroughWrapper(Rule):
             if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
                 continue
             if bare and not any(wrapping_model(model, w) is model for w in wrappings) \
-                    and not bare_only_where_unwrapped(model, base, node):
+                    and not bare_only_where_unwrapped(model, base, node) \
+                    and not made_by_a_base_class(model, base, node, wrappings):
                 # Wrapped only on some paths, decided in another file (`if opt.isTrain:` in a
                 # factory): the caller's configuration usually settles it; say nothing. Unless
                 # the bare paths are this file's own `net.module` (`base = net.module if
@@ -178,6 +179,24 @@ def wraps_optimizer(model: SemanticModel, wrapping) -> bool:
             name = value.model.qualified_name(value.expr.func) or ""
             if name.startswith("torch.optim."):
                 return True
+    return False
+
+
+def made_by_a_base_class(model: SemanticModel, base: cst.BaseExpression, at: cst.CSTNode, wrappings) -> bool:
+    """`self.net` read in a class whose project base class (another file's `BaseTrainer`) built
+    one of `wrappings` in its own methods: the instance's own construction decided it, as if it
+    were this class's code, not a factory's caller configuration."""
+    scope = model.scope(at)
+    if not model.code(base).startswith(f"{scope.self_name}.") or scope.class_scope is None:
+        return False
+    bases = [c for _, c in model.flow.project_bases(scope.class_scope.node)]
+    for wrapping in wrappings:
+        owner = wrapping_model(model, wrapping)
+        if owner is None:
+            continue
+        made_in = next((a for a in owner.ancestors(wrapping.call) if isinstance(a, cst.ClassDef)), None)
+        if made_in is not None and any(made_in is c for c in bases):
+            return True
     return False
 
 
