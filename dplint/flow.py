@@ -23,7 +23,16 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   "self.x" that can reach ``at``, each with the conditions it is live under. Branches
   whose test is statically known are closed; code after ``return``/``raise`` is not
   reached; ``self.x`` read in a method sees the bindings of the other methods (constructor
-  first) unless the method rebinds it first.
+  first) unless the method rebinds it first, and what a project base class's methods left in
+  it (same file or imported, up to three levels: ``self.net = DDP(net)`` in
+  ``BaseTrainer.__init__``, read in ``class Trainer(BaseTrainer)``): taken up where the
+  method calls the base's constructor or a base method that binds it
+  (``super().__init__(net, cfg)``, ``Base.__init__(self, net)``), live in every other
+  method unless the class's own constructor replaces it. ``values_at`` maps the base
+  constructor's parameters to what that one ``super().__init__(...)`` call passes, and reads
+  the base's tests on ``self.x`` as the subclass's (the same instance). Not followed: a
+  base-class method reading an attribute that only some subclasses set (the base's own
+  bindings answer there).
 * ``model.flow.values_at(expr, at) -> list[Value]`` - everything ``expr`` may hold, through
   names (all reaching bindings), ``a if c else b`` (both, with ``c`` as a condition),
   self-returning calls (``.cuda()``), calls of same-file functions (their return values,

@@ -30,7 +30,12 @@ class AttributeThroughWrapper(Rule):
     the name holds the wrapper on at least one path: `model = DDP(model)` before it, or
     `if distributed: model = DDP(model)`. The wrapper is followed through names, branches,
     `self.x` attributes, same-file functions that build and return it, and imported project
-    files. Attributes the wrapper has itself (everything of `nn.Module`, and what
+    files, and into subclasses: `self.net = DDP(self.net)` in `BaseTrainer.__init__` (this
+    file or another) is what `self.net` holds in `class Trainer(BaseTrainer)` unless the
+    subclass's constructor replaces it; the base class's test (`if cfg.dist:`) is then the
+    instance's own construction, not a caller's configuration, so the read is flagged on the
+    wrapped path, and stays silent under the same test's `else` (`self.net.module.x if
+    self.cfg.dist else self.net.x`). Attributes the wrapper has itself (everything of `nn.Module`, and what
     `DataParallel` / DDP add: `module`, `device_ids`, `no_sync`, ...; torch 2.13's own
     list) are never flagged, nor names that start with `_`, nor a wrapped optimizer's
     methods (optimizer-in-dataparallel, DPL010, reports those).

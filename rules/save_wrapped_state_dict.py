@@ -30,7 +30,8 @@ class SaveWrappedStateDict(Rule):
     The wrapper is followed per path: through every assignment that reaches the save, a
     same-file function that returns it (`model = build(net)` with `return DDP(net)`), an
     attribute set in another method (`self.model = DDP(...)` in `__init__`, saved in
-    `save()`), and the branch conditions around the save. On a branch where the model is bare
+    `save()`, or by a project base class's constructor and saved in a subclass), and the
+    branch conditions around the save. On a branch where the model is bare
     it stays silent: `if multi_gpu: model = DP(model)` ... `if multi_gpu: save(model.module
     .state_dict()) else: save(model.state_dict())`, `(model.module if multi_gpu else
     model).state_dict()`, and `m.module if isinstance(m, DP) else m` (or `hasattr(m,

@@ -65,7 +65,8 @@ class ScalarGather(Rule):
       call site alone is the evidence, and nothing is fixed.
 
     The wrapper is found on every path where it is held: a name, a `self.x` attribute set in
-    another method, a parameter whose callers (in this file or another) pass it, a function
+    another method or by a project base class (`if len(device_ids) > 1: self.model =
+    nn.DataParallel(self.model)` in another file's `BaseTrainer.__init__`), a parameter whose callers (in this file or another) pass it, a function
     (of this file or another) that returns `nn.DataParallel(...)`, a helper that returns its
     argument, an element taken by a literal index from a list or `nn.ModuleList` built by a
     display and `append` statements (`criteria[1]`), or a subclass of `nn.DataParallel` of
