@@ -128,7 +128,8 @@ class AttributeThroughWrapper(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
-        if not wrappers_built(model) and not inherited_wrappers(model):
+        only_inherited = not wrappers_built(model)
+        if only_inherited and not inherited_wrappers(model):
             return  # no wrapper built here, returned by a helper the file calls or left by a base class
         stored = _assigned_attributes(model)
         for node in model.nodes():
@@ -139,7 +140,7 @@ class AttributeThroughWrapper(Rule):
                 continue
             base = node.value
             key = model.binding_key(base, node)
-            if key is None or (key, attribute) in stored:
+            if key is None or (key, attribute) in stored or only_inherited and not _inherited_attribute(model, key, node):
                 continue
             wrappings, wrapped, bare = wrapper_paths(model, base, node)
             wrappings = [w for w in wrappings if not wrapper_has(w.kind, attribute) and not wraps_optimizer(model, w)]
@@ -185,6 +186,14 @@ def wraps_optimizer(model: SemanticModel, wrapping) -> bool:
             if name.startswith("torch.optim."):
                 return True
     return False
+
+
+def _inherited_attribute(model: SemanticModel, key: str, at: cst.CSTNode) -> bool:
+    """`self.x` read in a class whose project base class binds `self.x` (the only way a wrapper
+    built in another file's base class reaches a file that builds none)."""
+    scope = model.scope(at).class_scope
+    return key.startswith("self.") and scope is not None and isinstance(scope.node, cst.ClassDef) \
+        and bool(model.flow.bases_binding(scope.node, key))
 
 
 def made_by_a_base_class(model: SemanticModel, base: cst.BaseExpression, at: cst.CSTNode, wrappings) -> bool:

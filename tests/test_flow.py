@@ -510,3 +510,90 @@ def test_a_parameter_a_base_class_method_stores_on_self_is_that_self_attribute()
     assert super_many != super_self
     assert explicit_self != super_self  # one test per class
     assert lazy_local != lazy_self  # the base stores it only on some paths: not the same test
+
+
+# ------------------------------------------------------------- attributes of base classes
+BASE_TRAINER = """
+    import torch.nn as nn
+
+
+    class BaseTrainer:
+        def __init__(self, net, settings):
+            self.settings = settings
+            self.net = net.cuda()
+            if settings.distributed:
+                self.net = nn.parallel.DistributedDataParallel(self.net)
+"""
+
+
+def _read_in(model: SemanticModel, method: str) -> cst.Attribute:
+    """The first `self.net` read inside `method` of the file."""
+    function = next(n for n in model.nodes() if isinstance(n, cst.FunctionDef) and n.name.value == method)
+    return next(n for n in model.nodes() if isinstance(n, cst.Attribute) and model.code(n) == "self.net"
+                and any(a is function for a in model.ancestors(n)))
+
+
+def test_attribute_set_by_an_imported_base_class_with_its_constructor_arguments_mapped():
+    project = FakeProject(base=BASE_TRAINER, trainer="""
+        from base import BaseTrainer
+
+
+        class Trainer(BaseTrainer):
+            def __init__(self, net, settings):
+                super().__init__(net, settings)
+
+            def step(self, x):
+                return self.net.head(x)
+    """)
+    trainer = project.models["trainer"]
+    read = _read_in(trainer, "step")
+    values = trainer.flow.values_at(read, read)
+    assert [(v.model.path, v.model.code(v.expr) if v.known else None, [(c.test, c.holds) for c in v.conditions])
+            for v in values] == [
+        ("base.py", "nn.parallel.DistributedDataParallel(self.net)", [("self.settings.distributed", True)]),
+        ("trainer.py", None, [("self.settings.distributed", False)]),  # `net`: the subclass's caller is unseen
+    ]
+    # The base's test on `self.settings` is the subclass's own test: the same instance.
+    test = trainer.flow.values_at(read, read)[0].conditions[0]
+    assert test.scope == id(trainer.classes["Trainer"])
+    assert trainer.flow.reaching("self.net", read) == []  # the stand-in never leaks to rules
+
+
+def test_subclass_constructor_replacing_the_attribute_hides_the_base_value():
+    project = FakeProject(base=BASE_TRAINER, trainer="""
+        from base import BaseTrainer
+
+
+        class Probe(BaseTrainer):
+            def __init__(self, net, settings):
+                super().__init__(net, settings)
+                self.net = net
+
+            def step(self, x):
+                return self.net.head(x)
+    """)
+    trainer = project.models["trainer"]
+    read = _read_in(trainer, "step")
+    assert [v.model.path for v in trainer.flow.values_at(read, read)] == ["trainer.py"]
+
+
+def test_same_file_base_class_and_a_binding_before_super_init():
+    model = model_of("""
+        import torch.nn as nn
+
+
+        class Base:
+            def __init__(self):
+                self.net = nn.DataParallel(self.net)
+
+
+        class Child(Base):
+            def __init__(self, net):
+                self.net = net
+                super().__init__()
+
+            def step(self, x):
+                return self.net.head(x)
+    """)
+    read = _read_in(model, "step")
+    assert [model.code(v.expr) for v in model.flow.values_at(read, read) if v.known] == ["nn.DataParallel(self.net)"]
