@@ -205,15 +205,17 @@ def wrapper_held(model: SemanticModel, expr: Optional[cst.BaseExpression], at: c
     return None
 
 
-def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[HeldWrapper]:
+def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode,
+                 contained: bool = False) -> Optional[HeldWrapper]:
     """The wrapper `expr` holds at `at`, judged per path with the value-flow model: through
     every reaching assignment, same-file builders that return a wrapper, `self.x` set in
     another method, and the branch conditions around `at`. On a branch where the model is
     bare (`if multi_gpu: model = DP(model)` ... `else: save(model.state_dict())`) it holds no
     wrapper. `every_path` is False when some path reaching `at` leaves the model bare or
-    unknown."""
+    unknown. With `contained`, a model holding a wrapper counts too (`contained_wrapper`):
+    asked only by the saves, whose keys it changes."""
     textual = wrapper_held(model, expr, at)
-    paths = _wrapper_paths(model, expr, at)
+    paths = _wrapper_paths(model, expr, at, contained)
     if paths is None:  # the flow model cannot answer: the textual answer
         if textual is None:
             return None
@@ -231,13 +233,13 @@ def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression], at: c
     return HeldWrapper(wrapping, bindings, on_every)
 
 
-def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode):
+def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, contained: bool = False):
     """(every (wrapping or None, path) the flow model finds, those whose path can reach `at`);
     None when it cannot answer."""
     if expr is None:
         return None
     try:
-        found = _wrappings_at(model, expr, at, 2)
+        found = _wrappings_at(model, expr, at, 2, contained)
     except Exception:  # a flow model that cannot answer is the same as none
         return None
     if not found:
@@ -264,8 +266,9 @@ def _ddp_without_group(wrapping: Optional[Wrapping], here) -> bool:
 _CONVERTERS = {"convert_sync_batchnorm", "convert_model"}
 
 
-def _wrappings_at(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> list:
-    """`model.flow.wrappings_at`, looking through batch-norm converters."""
+def _wrappings_at(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode, depth: int, contained: bool = False) -> list:
+    """`model.flow.wrappings_at`, looking through batch-norm converters (and, with
+    `contained`, models holding a wrapper: `contained_wrapper`)."""
     found = []
     for value in model.flow.values_at(expr, at):
         wrapping = None
@@ -276,8 +279,79 @@ def _wrappings_at(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNod
                 inner = [w for w, _ in _wrappings_at(value.model, converted, value.expr, depth - 1)]
                 if inner and all(w is not None for w in inner):
                     wrapping = inner[0]
+            if wrapping is None and contained:
+                wrapping = _submodule_wrapping(value.model, value.expr) or _averaged_wrapping(value.model, value.expr, value.conditions)
         found.append((wrapping, value.conditions))
     return found
+
+
+# ------------------------------------------------------------ models holding a wrapper
+# What a wrapping found by `contained` is: ("submodule", "encoder", every) for `model.encoder =
+# DataParallel(model.encoder)` (keys `encoder.module.x`), ("averaged", "", every) for
+# `AveragedModel(dp)` (keys `module.module.x`); `every`: wrapped whichever way the branches
+# around the wrapping went.
+_CONTAINED: "weakref.WeakKeyDictionary[Wrapping, tuple[str, str, bool]]" = weakref.WeakKeyDictionary()
+AVERAGED_MODELS = {"torch.optim.swa_utils.AveragedModel"}
+
+
+def contained_wrapper(wrapping: Optional[Wrapping]) -> Optional[tuple[str, str, bool]]:
+    """("submodule", attribute, every) or ("averaged", "", every) when a save's wrapper is not
+    the saved model itself but held by it; None for the model itself."""
+    return _CONTAINED.get(wrapping) if wrapping is not None else None
+
+
+_SUBMODULE_WRAPS: "weakref.WeakKeyDictionary[SemanticModel, list]" = weakref.WeakKeyDictionary()
+
+
+def _submodule_wraps(model: SemanticModel) -> list[tuple[cst.Name, str, Wrapping]]:
+    """(owner name, attribute, wrapping) for each `owner.attr = DataParallel(owner.attr)` of
+    the file (a sub-module replaced by its wrapper in place)."""
+    found = _SUBMODULE_WRAPS.get(model)
+    if found is None:
+        found = _SUBMODULE_WRAPS[model] = []
+        for wrapping in model.wrappings:
+            statement = model.parent(wrapping.call)
+            value = statement.value if isinstance(statement, cst.Assign) else None
+            if value is None or peel_self_returning(value) is not wrapping.call or len(statement.targets) != 1:
+                continue
+            target = statement.targets[0].target
+            if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
+                    and model.binding_key(target.value, target) is not None and not model.binding_key(target, target) \
+                    and wrapping.inner is not None and model.code(wrapping.inner) == model.code(target):
+                found.append((target.value, target.attr.value, wrapping))
+    return found
+
+
+def _submodule_wrapping(model: SemanticModel, expr: cst.BaseExpression) -> Optional[Wrapping]:
+    """The wrapping of `model.encoder = DataParallel(model.encoder)` when the object built by
+    `expr` (`model = Net()`) is the one whose sub-module it replaces: its state dict then has
+    `encoder.module.` keys."""
+    if not isinstance(expr, cst.Call):
+        return None
+    for owner, attribute, wrapping in _submodule_wraps(model):
+        if any(value.expr is expr for value in model.flow.values_at(owner, owner)):
+            _CONTAINED[wrapping] = ("submodule", attribute, not model.flow.branch_conditions(wrapping.call))
+            return wrapping
+    return None
+
+
+def _averaged_wrapping(model: SemanticModel, expr: cst.BaseExpression, path) -> Optional[Wrapping]:
+    """`AveragedModel(model)` where `model` is a DataParallel/DDP on a path consistent with
+    `path`: the averaged copy keeps the wrapper as its `module`, so its keys are
+    `module.module.x` (and `n_averaged`)."""
+    if not isinstance(expr, cst.Call) or model.qualified_name(expr.func) not in AVERAGED_MODELS:
+        return None
+    inner = argument(expr, 0, "model")
+    if inner is None:
+        return None
+    live = [(wrapping, inner_path) for wrapping, inner_path in _wrappings_at(model, inner, expr, 1)
+            if consistent(inner_path, path) and _self_consistent(inner_path) and not _narrowed_out(wrapping, inner_path)]
+    for wrapping, _ in live:
+        if wrapping is not None and contained_wrapper(wrapping) is None:
+            averaged = Wrapping(wrapping.kind, expr, inner, None, None, None, model.scope(expr), model.order(expr))
+            _CONTAINED[averaged] = ("averaged", "", all(w is not None for w, _ in live))
+            return averaged
+    return None
 
 
 _SUBCLASS_WRAPPINGS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
@@ -438,7 +512,7 @@ def wrapper_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression],
     method = method_call(value)
     if method is None or method[1] != "state_dict":
         return None
-    held = held_wrapper(model, method[0], value_at)
+    held = held_wrapper(model, method[0], value_at, contained=True)
     if held is None:
         return None
     return WrapperStateDict(value, method[0], held.wrapping, held.bindings, held.every_path)
@@ -897,8 +971,14 @@ def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
     expr = peel_self_returning(expr)
     if any(w.call is expr for w in model.wrappings):
         return True
-    # A wrapper's key is a name or `self.x`: only a name or an attribute can spell one.
-    return isinstance(expr, (cst.Name, cst.Attribute)) and model.code(expr) in {w.wrapper_key for w in model.wrappings}
+    # A wrapper's key is a name or `self.x`: only a name or an attribute can spell one, as
+    # does the owner of a sub-module wrapped in place (`model` of `model.encoder = DP(...)`)
+    # and a name bound to an `AveragedModel(...)`.
+    if not isinstance(expr, (cst.Name, cst.Attribute)):
+        return False
+    text = model.code(expr)
+    return text in {w.wrapper_key for w in model.wrappings} or any(text == owner.value for owner, _, _ in _submodule_wraps(model)) \
+        or _bound_to_averaged_model(model, expr)
 
 
 _STATE_DICT_SPELLED: "weakref.WeakKeyDictionary[SemanticModel, bool]" = weakref.WeakKeyDictionary()
@@ -914,6 +994,12 @@ def _spells_state_dict(model: SemanticModel) -> bool:
             type(node) is cst.Attribute and node.attr.value == "state_dict" for node in model.nodes()
         )
     return found
+
+
+def _bound_to_averaged_model(model: SemanticModel, expr: cst.BaseExpression) -> bool:
+    key = model.binding_key(expr, expr)
+    return any(isinstance(b.value, cst.Call) and model.qualified_name(b.value.func) in AVERAGED_MODELS
+               for b in model.bindings.get(key or "", ()))
 
 
 def _bound_to_imported_call(model: SemanticModel, expr: cst.BaseExpression) -> bool:
@@ -944,9 +1030,9 @@ def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: 
         # (`if len(self.gpu_ids) > 0: save(net.module...) else: save(net...)`) that may be
         # the factory's own: the tests cannot be matched across the three files
         return
-    paths = _wrapper_paths(model, passed, call)
+    paths = _wrapper_paths(model, passed, call, contained=True)
     if paths is None:
-        held = held_wrapper(model, passed, call)
+        held = held_wrapper(model, passed, call, contained=True)
         wrappings = [held.wrapping] if held is not None else []
     else:
         wrappings = [wrapping for wrapping, _ in paths[1] if wrapping is not None]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from dplint.checkpoints import SavedWrapperStateDict, checkpoint_facts, wrapper_kind_name
+from dplint.checkpoints import SavedWrapperStateDict, checkpoint_facts, contained_wrapper, wrapper_kind_name
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 
@@ -50,6 +50,16 @@ class SaveWrappedStateDict(Rule):
     DistributedDataParallel), at the helper's `state_dict()` call. A project class derived
     from `DataParallel` / `DistributedDataParallel` is that wrapper, and batch-norm
     converters (`convert_sync_batchnorm(m)`, `convert_model(m)`) keep it.
+
+    A model that holds a wrapper is flagged too, without a fix: one whose sub-module was
+    replaced by its wrapper in place (`model.encoder = nn.DataParallel(model.encoder)`, then
+    `torch.save(model.state_dict())` or a helper saving it: keys `encoder.module.…`), and an
+    `AveragedModel` (EMA/SWA) built around a wrapper (`AveragedModel(dp)`: keys
+    `module.module.…`, where an `AveragedModel` of the bare model has `module.…`). Silent when
+    the sub-module is saved through its own `.module.state_dict()`, when the owner is another
+    object than the one saved, or when the `AveragedModel` gets the unwrapped model
+    (`net.module if isinstance(net, nn.DataParallel) else net`); a sub-module held in
+    `self.x.encoder` is not followed.
 
     Silent for a checkpoint in the temporary folder (`tempfile.gettempdir()`,
     `NamedTemporaryFile`) that the file reads back only into a wrapper: it does not outlive the
@@ -182,6 +192,11 @@ class SaveWrappedStateDict(Rule):
             kind = wrapper_kind_name(state_dict.wrapping)
             conditional = not state_dict.every_path
             writer = f"`{model.code(save.save.func)}(...)` saves" if save.through_helper else "`torch.save` writes"
+            contained = contained_wrapper(state_dict.wrapping)
+            if contained is not None:
+                message = f"{writer} `{receiver}.state_dict()` of " + _contained_keys(contained, kind, conditional)
+                yield Violation(state_dict.call, message, None)
+                continue
             message = (
                 f"{writer} `{receiver}.state_dict()` of a {kind}: every key starts with `module.`, so the "
                 'checkpoint does not load into a bare model (`Unexpected key(s) in state_dict: "module.…`)'
@@ -208,6 +223,14 @@ class SaveWrappedStateDict(Rule):
         kind = wrapper_kind_name(state_dict.wrapping)
         parameter = state_dict.helper_parameter
         helper = model.code(save.save.func)
+        contained = contained_wrapper(state_dict.wrapping)
+        if contained is not None:
+            message = (
+                f"`{helper}(...)` saves `{parameter}.state_dict()`, and `{model.code(state_dict.receiver)}` is "
+                + _contained_keys(contained, kind, not state_dict.every_path)
+            )
+            yield Violation(node, message, None)
+            return
         if state_dict.helper_unwraps:
             message = (
                 f"`{parameter}.state_dict()` is saved as is when `{parameter}` is a {kind}, which the test above "
@@ -242,6 +265,28 @@ class SaveWrappedStateDict(Rule):
             f"Save `{receiver}.module.state_dict()`" + (" and load it back through `.module`" if loads_into_wrapper else ""),
             tuple(edits),
         )
+
+
+def _contained_keys(contained: tuple[str, str, bool], kind: str, conditional: bool) -> str:
+    """The message's end for a model that holds a wrapper (torch 2.13's real key names)."""
+    shape, attribute, every = contained
+    conditional = conditional or not every
+    if shape == "submodule":
+        text = (
+            f"a model whose sub-module `{attribute}` was replaced by a {kind}: its keys read `{attribute}.module.…` instead of "
+            f"`{attribute}.…`, so the checkpoint does not load into the model built without that wrapper "
+            f'(`Unexpected key(s) in state_dict: "{attribute}.module.…`)'
+        )
+        advice = f"save with `{attribute}` unwrapped (its `.module`), or load it back the same way on every run"
+    else:
+        text = (
+            f"an `AveragedModel` built around a {kind}: its keys read `module.module.…`, so the checkpoint does not "
+            "load into an `AveragedModel` of the bare model (keys `module.…`)"
+        )
+        advice = "build the `AveragedModel` around the unwrapped model (the wrapper's `.module`)"
+    if conditional:
+        return text + "; it is wrapped only on some paths, so the keys depend on how the script ran: " + advice
+    return text + "; " + advice
 
 
 def _temporary_round_trip(model: SemanticModel, save: SavedWrapperStateDict) -> bool:
