@@ -3,7 +3,11 @@ are bare, the `torch.save` / `torch.load` calls with their literal paths, and wh
 `load_state_dict` targets.
 
 A wrapper's `state_dict()` (`nn.DataParallel` / `DistributedDataParallel`) prefixes every key
-with `module.`; the inner model's (`wrapper.module.state_dict()`) does not. Checkpoints are
+with `module.`; the inner model's (`wrapper.module.state_dict()`) does not. For the saves only
+(`held_wrapper(..., contained=True)`), a model that holds a wrapper counts too
+(`contained_wrapper`): `model.encoder = nn.DataParallel(model.encoder)` gives
+`encoder.module.` keys, `AveragedModel(dp)` gives `module.module.` keys (torch 2.13); loads and
+the other rules never see these. Checkpoints are
 matched by their path: a literal string, a name bound to one, or `os.path.join` of literals,
 normalised (`os.path.join("ckpt", "m.pt")` and `"ckpt/m.pt"` are the same file); inside one
 file, also by the binding of the name that holds the path (`torch.save(..., path)` and
