@@ -47,20 +47,55 @@ def rule_set_key(codes: Iterable[str], dependencies: str = "") -> str:
     return f"{key}|{dependencies}" if dependencies else key
 
 
-def dependencies_unchanged(dependencies) -> bool:
-    """Whether every project file a cached result read still has the content it had then."""
+def dependencies_unchanged(dependencies, hashes: Optional["FileHashes"] = None, known: Optional[dict] = None) -> bool:
+    """Whether every project file a cached result read still has the content it had then.
+
+    `known`: {absolute path: content hash} of files the caller has just read (a run's own
+    files); the others are hashed through `hashes`, each once while it stays unchanged."""
     if not dependencies:
         return True
     if not isinstance(dependencies, dict):
         return False
+    hashes = hashes if hashes is not None else FileHashes()
+    known = known or {}
     for path, digest in dependencies.items():
-        try:
-            with open(path, "rb") as handle:
-                if content_key(handle.read()) != digest:
-                    return False
-        except OSError:
+        current = known.get(path)
+        if (current if current is not None else hashes.of(path)) != digest:
             return False
     return True
+
+
+def _stat_key(path: str) -> Optional[tuple]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
+
+
+class FileHashes:
+    """The content hashes of files, each read and hashed once while it stays as it was (same
+    size, times and inode): many cached results depend on the same few files (a package's
+    helpers), and each dependant checking them again cost a warm run most of its time."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[tuple, str]] = {}  # path -> (stat key, content hash)
+
+    def of(self, path: str) -> Optional[str]:
+        """The hash of the file's bytes now, or None when it cannot be read."""
+        stat = _stat_key(path)
+        if stat is None:
+            return None
+        known = self._known.get(path)
+        if known is not None and known[0] == stat:
+            return known[1]
+        try:
+            with open(path, "rb") as handle:
+                digest = content_key(handle.read())
+        except OSError:
+            return None
+        self._known[path] = (stat, digest)  # stat taken before reading: an edit meanwhile shows next time
+        return digest
 
 
 def code_fingerprint() -> str:
@@ -99,6 +134,7 @@ class Cache:
         self.folder = os.path.join(folder, f"{__version__}-{code_fingerprint()}")
         self.changed = False
         self._entries: dict[str, Optional[dict]] = {}  # absolute path -> entry as read (None: none)
+        self.hashes = FileHashes()  # of the files cached results depend on that a run did not hash itself
 
     # ------------------------------------------------------------------ files
     def _entry_path(self, absolute: str) -> str:
@@ -120,9 +156,10 @@ class Cache:
             self._entries[absolute] = entry
         return self._entries[absolute]
 
-    def get(self, path: str, content: str, rules: str) -> Optional["FileReport"]:
-        """The cached report of `path` if its bytes still hash to `content` and it was checked
-        with the rule set `rules` (`rule_set_key`), else None."""
+    def get(self, path: str, content: str, rules: str, known: Optional[dict] = None) -> Optional["FileReport"]:
+        """The cached report of `path` if its bytes still hash to `content`, it was checked
+        with the rule set `rules` (`rule_set_key`) and the files it depends on are unchanged
+        (`known`: the hashes of files just read, by absolute path), else None."""
         from dplint.runner import FileReport
 
         entry = self._read(os.path.abspath(path))
@@ -131,7 +168,7 @@ class Cache:
         result = entry["results"].get(rules)
         if not isinstance(result, dict):
             return None
-        if not dependencies_unchanged(result.get("deps")):
+        if not dependencies_unchanged(result.get("deps"), self.hashes, known):
             return None  # a project file it read (an imported helper) changed: its findings may have too
         try:
             findings = [finding_from_dict(f) for f in result["findings"]]

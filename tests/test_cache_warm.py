@@ -1,0 +1,86 @@
+"""A warm run (an unchanged tree, the cache filled) reads and hashes each file once, and still
+misses the cache when a file a result depends on changes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import libcst
+import pytest
+
+import dplint.cache
+import dplint.runner
+from conftest import FIXTURES
+from dplint.config import Settings
+
+PROJECT = FIXTURES / "attribute-through-wrapper" / "project_factory_always_wraps"  # probe.py reads nets.py
+
+
+@pytest.fixture(autouse=True)
+def pinned_code_fingerprint(monkeypatch):
+    monkeypatch.setattr(dplint.cache, "code_fingerprint", lambda: "pinned")
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECT, folder)
+    (folder / "expected.txt").unlink()
+    return folder
+
+
+@pytest.fixture
+def counted(monkeypatch) -> dict[str, list]:
+    """The files hashed (as bytes) and the texts LibCST parses in this process (runs use jobs=1)."""
+    calls: dict[str, list] = {"hashed": [], "parsed": []}
+    real_hash, real_parse = dplint.cache.content_key, libcst.parse_module
+
+    def hashing(raw):
+        calls["hashed"].append(raw)
+        return real_hash(raw)
+
+    def parsing(source, *args, **kwargs):
+        calls["parsed"].append(source)
+        return real_parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(dplint.cache, "content_key", hashing)
+    monkeypatch.setattr(dplint.runner, "content_key", hashing)
+    monkeypatch.setattr(libcst, "parse_module", parsing)
+    return calls
+
+
+def check(folder: Path, cache: Path) -> list[str]:
+    report = dplint.runner.run([str(folder)], Settings(root=str(folder)), jobs=1, cache_dir=str(cache))
+    assert not report.errors, report.errors
+    return [f"{Path(f.filename).name}:{f.location.row}: {f.code}" for f in report.findings]
+
+
+def test_a_warm_run_hashes_each_file_once_and_parses_none(project, tmp_path, counted):
+    cold = check(project, tmp_path / "cache")
+    assert cold == ["probe.py:8: DPL015"]
+    counted["hashed"].clear()
+    counted["parsed"].clear()
+    assert check(project, tmp_path / "cache") == cold
+    assert counted["parsed"] == []
+    files = sorted(path.read_bytes() for path in project.glob("*.py"))
+    assert sorted(counted["hashed"]) == files  # nets.py once, though probe.py's result depends on it
+
+
+def test_a_changed_dependency_misses_the_cache(project, tmp_path):
+    assert check(project, tmp_path / "cache") == ["probe.py:8: DPL015"]
+    nets = project / "nets.py"
+    nets.write_text(nets.read_text().replace("    net = torch.nn.DataParallel(net)\n", ""))
+    assert check(project, tmp_path / "cache") == []  # probe.py's finding came from nets.py's wrapping
+
+
+def test_a_dependency_outside_the_run_is_checked_too(project, tmp_path):
+    """A file checked alone may depend on files of its project the run does not check."""
+    probe = project / "probe.py"
+    (project / "pyproject.toml").write_text("[project]\nname = 'p'\n")  # the project root above probe.py
+    first = dplint.runner.run([str(probe)], Settings(root=str(project)), jobs=1, cache_dir=str(tmp_path / "cache"))
+    assert [f.code for f in first.findings] == ["DPL015"]
+    nets = project / "nets.py"
+    nets.write_text(nets.read_text().replace("    net = torch.nn.DataParallel(net)\n", ""))
+    again = dplint.runner.run([str(probe)], Settings(root=str(project)), jobs=1, cache_dir=str(tmp_path / "cache"))
+    assert again.findings == []
