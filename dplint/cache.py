@@ -113,6 +113,16 @@ def code_fingerprint() -> str:
     return hashlib.blake2b("|".join(parts).encode(), digest_size=8).hexdigest()
 
 
+def version_folder(root: str) -> str:
+    """The folder under the cache folder `root` for this dplint version and code."""
+    return os.path.join(root, f"{__version__}-{code_fingerprint()}")
+
+
+def catalog_file(root: str) -> str:
+    """Where the rule catalog (`dplint.registry.keep_catalog_in`) is kept under `root`."""
+    return os.path.join(version_folder(root), "catalog.json")
+
+
 def _write_json(path: str, data: dict) -> None:
     """Write whole or not at all: a temp file in the same folder, renamed over the entry."""
     temp = f"{path}.{os.getpid()}.{time.monotonic_ns()}.tmp"
@@ -131,7 +141,7 @@ class Cache:
     def __init__(self, folder: str, settings: object = None) -> None:
         """`settings` is accepted for older callers; results are keyed per file and rule set."""
         self.root = folder
-        self.folder = os.path.join(folder, f"{__version__}-{code_fingerprint()}")
+        self.folder = version_folder(folder)
         self.changed = False
         self._entries: dict[str, Optional[dict]] = {}  # absolute path -> entry as read (None: none)
         self.hashes = FileHashes()  # of the files cached results depend on that a run did not hash itself
@@ -236,6 +246,9 @@ class Cache:
             if not os.path.exists(ignore):
                 with open(ignore, "w", encoding="utf-8") as handle:
                     handle.write("*\n")
+            from dplint.registry import store_catalog
+
+            store_catalog(os.path.join(self.folder, "catalog.json"))  # for the next run's `keep_catalog_in`
             self._prune()
         except OSError:
             pass  # bounds are kept by the next run that can

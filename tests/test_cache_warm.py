@@ -84,3 +84,43 @@ def test_a_dependency_outside_the_run_is_checked_too(project, tmp_path):
     nets.write_text(nets.read_text().replace("    net = torch.nn.DataParallel(net)\n", ""))
     again = dplint.runner.run([str(probe)], Settings(root=str(project)), jobs=1, cache_dir=str(tmp_path / "cache"))
     assert again.findings == []
+
+
+# ------------------------------------------------------------------ the rule catalog
+@pytest.fixture
+def fresh_catalog(monkeypatch):
+    """`rule_catalog` computed anew, with no stored catalog unless the test names one."""
+    import dplint.registry
+
+    monkeypatch.setattr(dplint.registry, "_CATALOG_FILE", None)
+    dplint.registry.rule_catalog.cache_clear()
+    yield dplint.registry
+    dplint.registry.rule_catalog.cache_clear()
+
+
+def test_the_catalog_is_stored_and_read_back_without_reading_the_rules(fresh_catalog, tmp_path, monkeypatch):
+    registry = fresh_catalog
+    read = registry.rule_catalog()
+    path = str(tmp_path / "catalog.json")
+    registry.store_catalog(path)
+    registry.keep_catalog_in(path)
+    registry.rule_catalog.cache_clear()
+    monkeypatch.setattr(registry, "_literal_entries", lambda path: pytest.fail("read a rule module"))
+    assert registry.rule_catalog() == read
+
+
+@pytest.mark.parametrize("damage", ["", "{", '[["DPL001", 7, []]]', '[["DPL001"]]', "[]", '[["DPL001", "x", [3]]]'])
+def test_a_damaged_catalog_is_read_again_from_the_rules(fresh_catalog, tmp_path, damage):
+    registry = fresh_catalog
+    read = registry.rule_catalog()
+    path = tmp_path / "catalog.json"
+    path.write_text(damage)
+    registry.keep_catalog_in(str(path))
+    registry.rule_catalog.cache_clear()
+    assert registry.rule_catalog() == read
+
+
+def test_a_run_with_a_cache_stores_the_catalog_for_this_code(project, tmp_path, fresh_catalog):
+    check(project, tmp_path / "cache")
+    stored = dplint.cache.catalog_file(str(tmp_path / "cache"))
+    assert fresh_catalog._stored_catalog(stored) == fresh_catalog.rule_catalog()
