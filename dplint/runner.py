@@ -196,6 +196,7 @@ def run(
         from dplint.cache import Cache
 
         cache = Cache(cache_dir)
+        cache.use_pack(paths, len(files))
     todo: list[tuple] = []
     keys: dict[str, tuple[str, str]] = {}  # path -> (content hash, rule set) for the cache
     sizes: dict[str, int] = {}

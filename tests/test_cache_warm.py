@@ -124,3 +124,67 @@ def test_a_run_with_a_cache_stores_the_catalog_for_this_code(project, tmp_path, 
     check(project, tmp_path / "cache")
     stored = dplint.cache.catalog_file(str(tmp_path / "cache"))
     assert fresh_catalog._stored_catalog(stored) == fresh_catalog.rule_catalog()
+
+
+# ------------------------------------------------------------------ packs
+@pytest.fixture
+def packed(monkeypatch):
+    """Packs for runs of any size; counts the file entries read."""
+    monkeypatch.setattr(dplint.cache, "PACK_MIN_FILES", 1)
+    reads: list[str] = []
+    real = dplint.cache.Cache._read
+
+    def reading(self, absolute):
+        reads.append(absolute)
+        return real(self, absolute)
+
+    monkeypatch.setattr(dplint.cache.Cache, "_read", reading)
+    return reads
+
+
+def run_with(folder: Path, cache: Path, **settings) -> list[str]:
+    report = dplint.runner.run([str(folder)], Settings(root=str(folder), **settings), jobs=1, cache_dir=str(cache))
+    assert not report.errors, report.errors
+    return [f"{Path(f.filename).name}:{f.location.row}: {f.code}" for f in report.findings]
+
+
+def test_a_warm_run_reads_its_pack_not_the_file_entries(project, tmp_path, packed, counted):
+    cold = run_with(project, tmp_path / "cache")
+    packed.clear()
+    counted["parsed"].clear()
+    assert run_with(project, tmp_path / "cache") == cold
+    assert packed == [] and counted["parsed"] == []
+    assert len(list((tmp_path / "cache").glob("*/runs/*.json"))) == 1
+
+
+def test_a_pack_from_other_settings_falls_back_to_the_file_entries(project, tmp_path, packed, counted):
+    cache = tmp_path / "cache"
+    everything = run_with(project, cache)
+    assert run_with(project, cache, ignore=("DPL015",)) == []  # its own pack replaces the first
+    counted["parsed"].clear()
+    assert run_with(project, cache) == everything  # from the file entries: both rule sets are there
+    assert run_with(project, cache, ignore=("DPL015",)) == []
+    assert counted["parsed"] == []
+
+
+def test_an_edited_file_is_not_answered_by_the_pack(project, tmp_path, packed):
+    cache = tmp_path / "cache"
+    assert run_with(project, cache) == ["probe.py:8: DPL015"]
+    probe = project / "probe.py"
+    probe.write_text(probe.read_text().replace("inner.body", "inner.module.body"))
+    assert run_with(project, cache) == []
+    nets = project / "nets.py"  # and a dependency of a file the pack holds
+    probe.write_text((PROJECT / "probe.py").read_text())
+    assert run_with(project, cache) == ["probe.py:8: DPL015"]
+    nets.write_text(nets.read_text().replace("    net = torch.nn.DataParallel(net)\n", ""))
+    assert run_with(project, cache) == []
+
+
+@pytest.mark.parametrize("damage", ["", "{", '{"entries": []}', '{"entries": {"x": 1}}', "[1]"])
+def test_a_damaged_pack_is_ignored(project, tmp_path, packed, damage):
+    cache = tmp_path / "cache"
+    cold = run_with(project, cache)
+    for pack in cache.glob("*/runs/*.json"):
+        pack.write_text(damage)
+    assert run_with(project, cache) == cold
+    assert run_with(project, cache) == cold
