@@ -55,7 +55,10 @@ class Settings:
         """The settings that apply to `path`: those of its nearest configuration file."""
         if not self.discover:
             return self
-        found = find_config(os.path.dirname(os.path.abspath(path)))
+        folder = (os.getcwd(), os.path.dirname(path))  # as spelled: the files of one folder share it
+        found = _NEAREST.get(folder, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = _NEAREST[folder] = find_config(os.path.dirname(os.path.abspath(path)))
         if found == self.config_file:
             return self
         return _file_settings(found, self.overrides)
@@ -91,6 +94,8 @@ def _glob_match(relative_path: str, pattern: str) -> bool:
 
 def is_excluded(path: str, settings: Settings) -> bool:
     settings = settings.for_path(path)
+    if not settings.exclude and not settings.extend_exclude:
+        return False
     relative = _relative(path, settings.root)
     parts = relative.split("/")
     for pattern in (*settings.exclude, *settings.extend_exclude):
@@ -104,6 +109,7 @@ def load_settings(start: str, overrides: Optional[dict] = None, config_file: Opt
     (a file or folder), with the command line's `overrides` on top. With no `config_file`,
     every checked file later uses its own nearest configuration (`Settings.for_path`)."""
     _FOUND.clear()
+    _NEAREST.clear()
     _LOADED.clear()
     frozen_overrides = tuple(sorted((key, value) for key, value in (overrides or {}).items() if value is not None))
     if config_file is not None:
@@ -116,6 +122,8 @@ def load_settings(start: str, overrides: Optional[dict] = None, config_file: Opt
 
 
 _FOUND: dict[str, Optional[str]] = {}  # folder -> its nearest configuration file
+_NEAREST: dict[tuple[str, str], Optional[str]] = {}  # (cwd, a checked file's folder as spelled) -> the same
+_UNKNOWN = object()
 _LOADED: dict[tuple, Settings] = {}  # (configuration file, overrides) -> settings
 
 
