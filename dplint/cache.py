@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from typing import TYPE_CHECKING, Iterable, Optional
 
@@ -332,6 +331,9 @@ class Cache:
             reverse=True,
         )
         os.utime(self.folder)
+        if len(versions) >= KEEP_VERSIONS:
+            import shutil  # seldom needed: not imported by every run
+
         for old in versions[KEEP_VERSIONS - 1 :]:
             shutil.rmtree(old.path, ignore_errors=True)
         _keep_newest(os.path.join(self.folder, "project"), MAX_PROJECT_ENTRIES, MAX_PROJECT_ENTRIES)

@@ -9,17 +9,21 @@ folder. `--config FILE` uses that one file for every checked file.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import os
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
+
+
+def _tomllib():
+    """The TOML parser, imported when a configuration file is read (most runs read none)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+    return tomllib
 
 CONFIG_NAMES = ("dplint.toml", "pyproject.toml")  # looked for in this order in each folder
 SELECTOR_LISTS = ("select", "ignore", "extend-select")
@@ -163,6 +167,7 @@ def _configures_dplint(path: str) -> bool:
 
 
 def _parse(path: str, raw: bytes) -> dict:
+    tomllib = _tomllib()
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
@@ -199,6 +204,8 @@ def _checked_table(path: str, table: dict, where: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
+            import difflib
+
             hint = ""
             close = difflib.get_close_matches(key.replace("_", "-"), KEYS, n=1)
             if key.replace("_", "-") in KEYS or close:
@@ -213,6 +220,7 @@ def _checked_table(path: str, table: dict, where: str) -> dict[str, Any]:
 
 def parse_config_override(text: str) -> tuple[tuple[str, Any], ...]:
     """`--config "key = value"` (TOML, as ruff's): the settings it sets, checked."""
+    tomllib = _tomllib()
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
