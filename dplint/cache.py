@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 
 from dplint import __version__
 from dplint.rule import Finding, finding_from_dict, finding_to_dict
+from dplint.source import SourceError, read_bytes
 
 if TYPE_CHECKING:
     from dplint.runner import FileReport
@@ -94,9 +95,8 @@ class FileHashes:
         if known is not None and known[0] == stat:
             return known[1]
         try:
-            with open(path, "rb") as handle:
-                digest = content_key(handle.read())
-        except OSError:
+            digest = content_key(read_bytes(path))  # never blocks on a FIFO put in a file's place
+        except SourceError:
             return None
         self._known[path] = (stat, digest)  # stat taken before reading: an edit meanwhile shows next time
         return digest

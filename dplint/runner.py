@@ -18,7 +18,7 @@ from dplint.cache import content_key
 from dplint.config import Settings, is_excluded
 from dplint.discovery import discover
 from dplint.rule import Finding, Position, Severity
-from dplint.source import SourceError, call_with_deep_stack, decode, read_source, write_atomic
+from dplint.source import SourceError, call_with_deep_stack, decode, read_bytes, read_source, write_atomic
 
 PARALLEL_THRESHOLD = 8  # below this many files a process pool costs more than it saves
 
@@ -228,7 +228,8 @@ def run(
             reports[path] = _notebook_report(path, settings, fix, cache)
             continue
         try:
-            source = read_source(path)
+            # Undecoded with a cache: a file it answers for is never decoded.
+            source = read_source(path) if cache is None else read_bytes(path)
         except SourceError as error:
             reports[path] = FileReport(path, [problem_finding(path, str(error))])
             continue
@@ -239,7 +240,7 @@ def run(
         from dplint.cache import rule_set_key
 
         # The rules in force are part of the key: a nested configuration file can change them.
-        keys[path] = (content_key(source.raw), rule_set_key(codes))
+        keys[path] = (content_key(source), rule_set_key(codes))
         hashed[os.path.abspath(path)] = keys[path][0]
         unanswered.append((path, codes))
     for path, codes in unanswered:
