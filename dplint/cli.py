@@ -141,6 +141,12 @@ def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, exten
             start = os.path.dirname(os.path.abspath(stdin_filename)) if stdin_filename else os.getcwd()
         else:
             start = paths[0]
+        cache = None if no_cache or use_stdin else (cache_dir or os.path.join(os.getcwd(), ".dplint_cache"))
+        if cache is not None:
+            from dplint.cache import catalog_file
+            from dplint.registry import keep_catalog_in
+
+            keep_catalog_in(catalog_file(cache))  # the rules' codes and tokens, as the last run read them
         settings = load_settings(start, overrides, config_file=config_file)
         settings.enabled_codes()  # resolve selectors now: an unknown one is a usage error
         only_codes = frozenset().union(*(codes_for(rule) for rule in _split(rules))) if rules else None
@@ -196,7 +202,6 @@ def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, exten
                     sys.stdout.buffer.write(data)
                     sys.stdout.buffer.flush()
         else:
-            cache = None if no_cache else (cache_dir or os.path.join(os.getcwd(), ".dplint_cache"))
             report = run(paths, settings, fix=fix, jobs=jobs, cache_dir=cache, force_exclude=force_exclude)
             if not report.files:
                 inform(NO_FILES_WARNING)

@@ -9,17 +9,21 @@ folder. `--config FILE` uses that one file for every checked file.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import os
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
+
+
+def _tomllib():
+    """The TOML parser, imported when a configuration file is read (most runs read none)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+    return tomllib
 
 CONFIG_NAMES = ("dplint.toml", "pyproject.toml")  # looked for in this order in each folder
 SELECTOR_LISTS = ("select", "ignore", "extend-select")
@@ -55,7 +59,10 @@ class Settings:
         """The settings that apply to `path`: those of its nearest configuration file."""
         if not self.discover:
             return self
-        found = find_config(os.path.dirname(os.path.abspath(path)))
+        folder = (os.getcwd(), os.path.dirname(path))  # as spelled: the files of one folder share it
+        found = _NEAREST.get(folder, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = _NEAREST[folder] = find_config(os.path.dirname(os.path.abspath(path)))
         if found == self.config_file:
             return self
         return _file_settings(found, self.overrides)
@@ -91,6 +98,8 @@ def _glob_match(relative_path: str, pattern: str) -> bool:
 
 def is_excluded(path: str, settings: Settings) -> bool:
     settings = settings.for_path(path)
+    if not settings.exclude and not settings.extend_exclude:
+        return False
     relative = _relative(path, settings.root)
     parts = relative.split("/")
     for pattern in (*settings.exclude, *settings.extend_exclude):
@@ -104,6 +113,7 @@ def load_settings(start: str, overrides: Optional[dict] = None, config_file: Opt
     (a file or folder), with the command line's `overrides` on top. With no `config_file`,
     every checked file later uses its own nearest configuration (`Settings.for_path`)."""
     _FOUND.clear()
+    _NEAREST.clear()
     _LOADED.clear()
     frozen_overrides = tuple(sorted((key, value) for key, value in (overrides or {}).items() if value is not None))
     if config_file is not None:
@@ -116,6 +126,8 @@ def load_settings(start: str, overrides: Optional[dict] = None, config_file: Opt
 
 
 _FOUND: dict[str, Optional[str]] = {}  # folder -> its nearest configuration file
+_NEAREST: dict[tuple[str, str], Optional[str]] = {}  # (cwd, a checked file's folder as spelled) -> the same
+_UNKNOWN = object()
 _LOADED: dict[tuple, Settings] = {}  # (configuration file, overrides) -> settings
 
 
@@ -155,6 +167,7 @@ def _configures_dplint(path: str) -> bool:
 
 
 def _parse(path: str, raw: bytes) -> dict:
+    tomllib = _tomllib()
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
@@ -191,6 +204,8 @@ def _checked_table(path: str, table: dict, where: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
+            import difflib
+
             hint = ""
             close = difflib.get_close_matches(key.replace("_", "-"), KEYS, n=1)
             if key.replace("_", "-") in KEYS or close:
@@ -205,6 +220,7 @@ def _checked_table(path: str, table: dict, where: str) -> dict[str, Any]:
 
 def parse_config_override(text: str) -> tuple[tuple[str, Any], ...]:
     """`--config "key = value"` (TOML, as ruff's): the settings it sets, checked."""
+    tomllib = _tomllib()
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import json
 import os
 import pkgutil
 import re
@@ -47,6 +48,17 @@ class RuleEntry:
     tokens: tuple[str, ...]
 
 
+_CATALOG_FILE: str | None = None  # where a catalog read earlier by this same code is kept
+
+
+def keep_catalog_in(path: str | None) -> None:
+    """Read the catalog from `path`, a file in the result cache's folder for this very code
+    (`dplint.cache.version_folder`), when it is there: reading the rule modules' source costs
+    every process ~0.01 s, a warm run several percent. `store_catalog` writes it."""
+    global _CATALOG_FILE
+    _CATALOG_FILE = path
+
+
 @functools.lru_cache(maxsize=None)
 def rule_catalog() -> tuple[RuleEntry, ...]:
     """Code, slug and tokens of every rule, read from the rule modules' source with `ast`.
@@ -54,6 +66,9 @@ def rule_catalog() -> tuple[RuleEntry, ...]:
     Importing the rules imports LibCST (~0.3 s); a run whose files all come from the cache
     needs only this. A module whose rule attributes are not plain literals is imported.
     """
+    stored = _stored_catalog(_CATALOG_FILE) if _CATALOG_FILE is not None else None
+    if stored is not None:
+        return stored
     import dplint.rules as package
 
     entries: list[RuleEntry] = []
@@ -65,6 +80,41 @@ def rule_catalog() -> tuple[RuleEntry, ...]:
             found = [RuleEntry(rule.code, rule.name, tuple(rule.tokens)) for rule in all_rules() if rule.__module__ == module.__name__]
         entries.extend(found)
     return tuple(sorted(entries, key=lambda entry: entry.code))
+
+
+def _stored_catalog(path: str) -> tuple[RuleEntry, ...] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            rows = json.load(handle)
+        entries = tuple(
+            RuleEntry(code, name, tuple(token if isinstance(token, str) else tuple(token) for token in tokens))
+            for code, name, tokens in rows
+        )
+    except (OSError, ValueError, TypeError):
+        return None  # none yet, or damaged: read the rules
+    ok = all(
+        isinstance(entry.code, str) and isinstance(entry.name, str)
+        and all(isinstance(token, str) or all(isinstance(part, str) for part in token) for token in entry.tokens)
+        for entry in entries
+    )
+    return entries if ok and entries else None
+
+
+def store_catalog(path: str) -> None:
+    """Write the catalog where `keep_catalog_in` finds it (whole or not at all)."""
+    if os.path.exists(path):
+        return
+    rows = [[entry.code, entry.name, list(entry.tokens)] for entry in rule_catalog()]
+    temp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(rows, handle)
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass  # only costs the next run the reading of the rules
 
 
 _CLASS_LINE = re.compile(r"^class \w+\((?P<bases>[^)]*)\):", re.MULTILINE)

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 from typing import Callable, Optional, Sequence
-from urllib.parse import quote
 
 from dplint import __version__
 from dplint.rule import Applicability, Finding, Severity, finding_to_dict
@@ -294,7 +292,11 @@ def _artifact_location(filename: str, root: str) -> dict:
     except ValueError:  # another drive
         relative = ".."
     if relative == ".." or relative.startswith(".." + os.sep):
+        from pathlib import Path
+
         return {"uri": Path(absolute).as_uri()}  # outside the repository: an absolute file URI
+    from urllib.parse import quote
+
     return {"uri": quote(relative.replace(os.sep, "/")), "uriBaseId": "%SRCROOT%"}
 
 

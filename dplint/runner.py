@@ -18,7 +18,7 @@ from dplint.cache import content_key
 from dplint.config import Settings, is_excluded
 from dplint.discovery import discover
 from dplint.rule import Finding, Position, Severity
-from dplint.source import SourceError, call_with_deep_stack, decode, read_source, write_atomic
+from dplint.source import SourceError, call_with_deep_stack, decode, read_bytes, read_source, write_atomic
 
 PARALLEL_THRESHOLD = 8  # below this many files a process pool costs more than it saves
 
@@ -196,29 +196,13 @@ def run(
         from dplint.cache import Cache
 
         cache = Cache(cache_dir)
+        cache.use_pack(paths, len(files))
     todo: list[tuple] = []
     keys: dict[str, tuple[str, str]] = {}  # path -> (content hash, rule set) for the cache
     sizes: dict[str, int] = {}
-    for path in files:
-        if path.endswith(".ipynb"):  # notebooks (dplint/notebook.py): linted here, alone (no project)
-            reports[path] = _notebook_report(path, settings, fix, cache)
-            continue
-        try:
-            source = read_source(path)
-        except SourceError as error:
-            reports[path] = FileReport(path, [problem_finding(path, str(error))])
-            continue
-        codes = settings.enabled_codes(path)
-        if cache is not None:
-            from dplint.cache import rule_set_key
 
-            # The rules in force are part of the key: a nested configuration file can change them.
-            keys[path] = (content_key(source.raw), rule_set_key(codes))
-            cached = cache.get(path, *keys[path])
-            # `fix` too: a cached result without a fix to apply means there is nothing to do.
-            if cached is not None and (fix is None or not any(wants_fix(f, fix) for f in cached.findings)):
-                reports[path] = cached
-                continue
+    def plan(path: str, source, codes: frozenset[str]) -> None:
+        """A file the cache cannot answer for: clean unread when the pre-filter says so, else to do."""
         closure: dict[str, str] = {}
         matches = may_match(source.text, codes)
         if not matches:
@@ -229,10 +213,49 @@ def run(
             reports[path] = FileReport(path, dependencies=project_for(roots).hashes(closure))
             if cache is not None:
                 cache.put(path, *keys[path], reports[path])
-            continue
+            return
         sizes[path] = len(source.text)
         # Fixing writes files: each worker reads and writes its own.
         todo.append((path, settings, fix, roots) if fix is not None else (path, source.text, settings, roots))
+
+    # With a cache, every file is hashed before any cached result is looked up: a result is
+    # valid while the files it depends on (those it imports, those importing it) hash as they
+    # did, and most of those are files of this run, so their hashes are then known.
+    hashed: dict[str, str] = {}  # absolute path -> content hash, as read in this run
+    unanswered: list[tuple[str, frozenset[str]]] = []
+    for path in files:
+        if path.endswith(".ipynb"):  # notebooks (dplint/notebook.py): linted here, alone (no project)
+            reports[path] = _notebook_report(path, settings, fix, cache)
+            continue
+        try:
+            # Undecoded with a cache: a file it answers for is never decoded.
+            source = read_source(path) if cache is None else read_bytes(path)
+        except SourceError as error:
+            reports[path] = FileReport(path, [problem_finding(path, str(error))])
+            continue
+        codes = settings.enabled_codes(path)
+        if cache is None:
+            plan(path, source, codes)
+            continue
+        from dplint.cache import rule_set_key
+
+        # The rules in force are part of the key: a nested configuration file can change them.
+        keys[path] = (content_key(source), rule_set_key(codes))
+        hashed[os.path.abspath(path)] = keys[path][0]
+        unanswered.append((path, codes))
+    for path, codes in unanswered:
+        cached = cache.get(path, *keys[path], hashed)
+        # `fix` too: a cached result without a fix to apply means there is nothing to do.
+        if cached is not None and (fix is None or not any(wants_fix(f, fix) for f in cached.findings)):
+            reports[path] = cached
+            continue
+        try:
+            source = read_source(path)  # again: texts are not kept for the files the cache answers
+        except SourceError as error:
+            reports[path] = FileReport(path, [problem_finding(path, str(error))])
+            continue
+        keys[path] = (content_key(source.raw), keys[path][1])  # edited since it was hashed: as read now
+        plan(path, source, codes)
     # Largest first, so that no worker is left with a big file at the end.
     todo.sort(key=lambda item: -sizes[item[0]])
     if fix is None and _pooled(todo, jobs):

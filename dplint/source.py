@@ -74,6 +74,13 @@ def _bad_byte(raw: bytes, offset: int) -> str:
 
 
 def read_source(path: str) -> SourceFile:
+    raw = read_bytes(path)
+    text, encoding = decode(raw)
+    return SourceFile(path, text, encoding, raw)
+
+
+def read_bytes(path: str) -> bytes:
+    """The file's bytes, undecoded (`read_source` without `decode`: what hashing needs)."""
     # O_NONBLOCK: opening a FIFO named `x.py` must not wait for a writer; only regular files
     # are read (a character device would never end).
     try:
@@ -92,8 +99,7 @@ def read_source(path: str) -> SourceFile:
         raise SourceError(f"cannot read: {_os_reason(error)}") from None
     finally:
         os.close(descriptor)
-    text, encoding = decode(raw)
-    return SourceFile(path, text, encoding, raw)
+    return raw
 
 
 def _os_reason(error: OSError) -> str:
