@@ -47,13 +47,18 @@ LOADER_SAMPLER = (3, "sampler")
 # on to it unchanged, with where each takes them. PyG 2.x `torch_geometric.loader.DataLoader
 # (dataset, batch_size=1, shuffle=False, follow_batch=None, exclude_keys=None, **kwargs)`
 # calls `super().__init__(dataset, batch_size, shuffle, ..., **kwargs)`; PyG 1.x had the same
-# class as `torch_geometric.data.DataLoader`. Any other library's `DataLoader` is unknown.
+# class as `torch_geometric.data.DataLoader`. MONAI's `monai.data.DataLoader(dataset,
+# num_workers=0, **kwargs)` hands every other argument to torch's by keyword. Any other
+# library's `DataLoader` is unknown.
 _PYG_ARGUMENTS = {"shuffle": (2, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
+_KEYWORD_ARGUMENTS = {"shuffle": (None, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
 LOADER_CLASSES = {
     DATA_LOADER: {"shuffle": LOADER_SHUFFLE, "sampler": LOADER_SAMPLER, "batch_sampler": (4, "batch_sampler")},
     "torch_geometric.loader.DataLoader": _PYG_ARGUMENTS,
     "torch_geometric.loader.dataloader.DataLoader": _PYG_ARGUMENTS,
     "torch_geometric.data.DataLoader": _PYG_ARGUMENTS,
+    "monai.data.DataLoader": _KEYWORD_ARGUMENTS,
+    "monai.data.dataloader.DataLoader": _KEYWORD_ARGUMENTS,
 }
 
 
@@ -79,6 +84,19 @@ def loader_sampler(model: SemanticModel, loader: cst.Call) -> Optional[cst.Call]
     """The sampler construction passed to a DataLoader call, or None when unknown or absent."""
     return sampler_call(model, loader_argument(model, loader, "sampler"), loader)
 
+
+# Subclasses of torch's DistributedSampler in well-known libraries that keep its epoch
+# seeding (neither `__iter__` nor `set_epoch` overridden), with where each takes `shuffle`.
+# MONAI's `monai.data.DistributedSampler(dataset, even_divisible=True, num_replicas=None,
+# rank=None, shuffle=True, **kwargs)` hands `shuffle` and `**kwargs` (`seed`, `drop_last`) to
+# torch's `__init__` and only trims `num_samples`/`total_size` when `even_divisible=False`.
+_MONAI_SHUFFLE = (4, "shuffle")
+EPOCH_SEEDED_SAMPLERS = {
+    DISTRIBUTED_SAMPLER: (3, "shuffle"),
+    "monai.data.DistributedSampler": _MONAI_SHUFFLE,
+    "monai.data.samplers.DistributedSampler": _MONAI_SHUFFLE,
+}
+TORCH_SAMPLERS |= set(EPOCH_SEEDED_SAMPLERS)
 
 # Base classes that make a class of the project a sampler.
 SAMPLER_BASES = TORCH_SAMPLERS | {"torch.utils.data.Sampler", "torch.utils.data.sampler.Sampler"}
@@ -170,7 +188,7 @@ def _dict_entries(expr, key: str) -> list[cst.BaseExpression]:
 
 
 def is_distributed_sampler(model: SemanticModel, call: Optional[cst.Call]) -> bool:
-    return call is not None and model.qualified_name(call.func) == DISTRIBUTED_SAMPLER
+    return call is not None and model.qualified_name(call.func) in EPOCH_SEEDED_SAMPLERS
 
 
 # ------------------------------------------------------------------ epochs and set_epoch
@@ -205,6 +223,8 @@ class Iteration:
     # its variable. Not for `iter()`/`next()` steps, generators or loops in a caller.
     fixable: bool = True
     loops_model: Optional[SemanticModel] = None  # where the epoch loops are, when not in `model`
+    # `itertools.cycle(loader)`: the loader is iterated once, then its saved batches replay.
+    replays: bool = False
 
     @property
     def loops_in(self) -> SemanticModel:
@@ -236,6 +256,8 @@ class SamplerFlow:
     # The sampler itself is returned to a caller in another file: that call site is where a
     # rule reports it (`returns_shuffling_sampler`), not the factory.
     returned_elsewhere: bool = False
+    # `loaders["train"] = DataLoader(...)` stores the dict was followed from (not replacements).
+    entry_stores: set = field(default_factory=set)
 
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -266,8 +288,9 @@ def epoch_sampler_shuffle(model: SemanticModel, call: cst.Call) -> Optional[cst.
     (its own or a base's; torch's when it derives from `DistributedSampler`)."""
     if any(arg.star for arg in call.args):
         return None
-    if model.qualified_name(call.func) == DISTRIBUTED_SAMPLER:
-        shuffle = argument(call, *SAMPLER_SHUFFLE)
+    library = EPOCH_SEEDED_SAMPLERS.get(model.qualified_name(call.func) or "")
+    if library is not None:
+        shuffle = argument(call, *library)
         return _DEFAULT_TRUE if shuffle is None else shuffle
     name = dotted_name(call.func)
     if name is None or not name.rpartition(".")[2].endswith("Sampler"):
@@ -302,7 +325,7 @@ def _class_chain(model: SemanticModel, node: cst.ClassDef, depth: int = 4) -> tu
     chain, torch_base = [(model, node)], False
     for base in node.bases:
         qualified = model.qualified_name(base.value)
-        if qualified == DISTRIBUTED_SAMPLER:
+        if qualified in EPOCH_SEEDED_SAMPLERS:
             torch_base = True
             continue
         found = None
@@ -377,8 +400,8 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
     if flow.escapes:
         return
     parent = model.parent(occurrence)
-    if path and path[0].startswith("{"):
-        _follow_dict(model, occurrence, parent, path, flow, seen, certain)
+    if path and path[0].startswith("{") and not isinstance(parent, cst.Element):
+        _follow_dict(model, occurrence, parent, path, flow, seen, certain)  # (an element of a tuple: below)
         return
     if isinstance(parent, (cst.DictElement, cst.DictComp)) and parent.value is occurrence:
         # An entry of a dict: `{"train": DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in phases}`.
@@ -389,8 +412,11 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         attribute = parent.attr.value
         if path and attribute == path[0]:
             _follow(model, parent, path[1:], flow, seen, certain)
-        elif not path and attribute in ("set_epoch", "epoch"):
-            flow.sets_epoch = True
+        elif not path and (attribute == "set_epoch" or attribute == "epoch" and _is_stored(model, parent)):
+            flow.sets_epoch = True  # `sampler.epoch = n` is all `set_epoch(n)` does
+        elif attribute == "epoch" and (not path or path[0] in ("sampler", "batch_sampler")
+                                       and _torch_loader_only(model, occurrence)):
+            pass  # read, or `loader.epoch = n` on torch's DataLoader: an attribute nothing reads
         elif attribute in SAMPLER_ATTRIBUTES:
             flow.escapes = True
         # any other attribute (`loader.dataset`, `sampler.num_samples`) is only read
@@ -510,6 +536,8 @@ def _follow_dict(model: SemanticModel, occurrence: cst.CSTNode, parent: Optional
         if not _same_entry(entry, key):
             return  # another entry: `loaders["val"]`
         target = model.parent(parent)
+        if parent in flow.entry_stores:
+            return  # the store this entry was followed from
         if isinstance(target, (cst.AssignTarget, cst.AugAssign)) and target.target is parent or isinstance(target, cst.Del):
             flow.escapes = True  # the entry may be replaced: we no longer know what it holds
             return
@@ -543,12 +571,74 @@ def _follow_assignment(model: SemanticModel, parent, path: tuple[str, ...], flow
                        certain: bool) -> None:
     """`name = <what reaches the sampler>`: follow the name."""
     targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+    if len(targets) == 1 and isinstance(targets[0], cst.Subscript):
+        _follow_entry_store(model, parent, targets[0], path, flow, seen)
+        return
     key = model.binding_key(targets[0], parent) if len(targets) == 1 else None
     binding = next((b for b in model.bindings.get(key or "", ()) if b.node is parent), None)
     if binding is None:
         flow.escapes = True
     else:
         _follow_binding(model, binding, path, flow, seen, certain)
+
+
+def _follow_entry_store(model: SemanticModel, assign, target: cst.Subscript, path: tuple[str, ...], flow: SamplerFlow,
+                        seen: set) -> None:
+    """`loaders["train"] = DataLoader(...)` (also `self.loaders[phase] = ...`): the dict the
+    name holds there keeps it under that key (any key, when it is not a literal)."""
+    index = target.slice[0].slice if len(target.slice) == 1 else None
+    step = _key_step(index.value) if isinstance(index, cst.Index) else _ANY_KEY
+    key = model.binding_key(target.value, assign)
+    binding = model.binding_at(key, assign) if key is not None else None
+    if binding is None:
+        flow.escapes = True  # a dict reached some other way (`opt.loaders[...]`, a parameter's)
+        return
+    flow.entry_stores.add(target)
+    _follow_binding(model, binding, (step, *path), flow, seen, False)
+
+
+def _is_stored(model: SemanticModel, attribute: cst.Attribute) -> bool:
+    """`x.epoch = ...` (or `+=`): the attribute is assigned, not read."""
+    parent = model.parent(attribute)
+    return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is attribute
+
+
+def _torch_loader_only(model: SemanticModel, loader: cst.CSTNode) -> bool:
+    """Every value the expression may hold is a construction of a loader class of
+    LOADER_CLASSES (torch's, PyG's, MONAI's): none defines an `epoch` attribute, so
+    `loader.epoch = n` stores a value nothing reads. False for a project subclass, which
+    may read it."""
+    values = model.flow.values_at(loader) if isinstance(loader, cst.BaseExpression) else []
+    return bool(values) and all(
+        value.known and isinstance(value.expr, cst.Call) and is_loader_call(value.model, value.expr) for value in values)
+
+
+def _replayed_iteration(model: SemanticModel, cycle: cst.Call) -> Iteration:
+    """`batches = itertools.cycle(loader)` drawn by `next(batches)` (or a `for` over it) in a
+    training loop: `cycle` iterates the loader once, then yields the batches it saved, so
+    every later pass repeats the first. Its loops are the loops the draws run in."""
+    step_loops: list[list[cst.CSTNode]] = []  # outermost first, the drawing loop last
+    loop = iterating_loop(model, cycle)
+    if loop is not None:
+        step_loops.append([*loops_around(model, loop), loop])
+    parent = model.parent(cycle)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is cycle:
+        key = model.binding_key(parent.targets[0].target, parent) or ""
+        binding = next((b for b in model.bindings.get(key, ()) if b.node is parent), None)
+        for node, _, _ in model.references.get(key, ()) if binding is not None else ():
+            if not _is_load(model, node) or model.binding_at(key, node) is not binding:
+                continue
+            use = model.parent(node)
+            call = model.parent(use)
+            if (isinstance(use, cst.Arg) and use.value is node and isinstance(call, cst.Call)
+                    and builtin_name(model, call.func) == "next"):
+                step_loops.append(loops_around(model, call))
+            elif isinstance(use, cst.For) and use.iter is node:
+                step_loops.append([*loops_around(model, use), use])
+    for loops in step_loops:
+        if loops and trains_in(model, loops[-1]):
+            return Iteration(model, cycle, loops, True, False, replays=True)
+    return Iteration(model, cycle, [], False, False, replays=True)
 
 
 def _loop_over_literal(model: SemanticModel, element: cst.Element) -> Optional[cst.For]:
@@ -595,6 +685,12 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     elif model.qualified_name(call.func) in TQDM_NAMES and argument(call, 0, "iterable") is value:
         # `loader = tqdm(loader)`: iterating the progress bar iterates the loader, once.
         _follow(model, call, path, flow, seen, False)
+    elif builtin_name(model, call.func) in ("enumerate", "zip") and arg.keyword is None:
+        # `bar = tqdm(enumerate(loader))` ... `for step, batch in bar:`: iterating what the
+        # name holds iterates the loader, once (where the name is iterated).
+        _follow(model, call, path, flow, seen, False)
+    elif model.qualified_name(call.func) == "itertools.cycle" and argument(call, 0, "iterable") is value:
+        flow.iterations.append(_replayed_iteration(model, call))
     elif builtin_name(model, call.func) == "iter" and len(call.args) == 1:
         flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
     elif not _follow_into_callee(model, call, arg, path, flow, seen, certain) and not _project_hook(model, call):

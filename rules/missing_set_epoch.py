@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.data import (
+    EPOCH_SEEDED_SAMPLERS,
     SAMPLER_SEED,
     SamplerFlow,
     epoch_count_loop,
@@ -17,7 +18,7 @@ from dplint.data import (
     trace_sampler,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import DISTRIBUTED_SAMPLER, SemanticModel, argument, literal_value
+from dplint.semantic import SemanticModel, argument, literal_value
 
 
 class MissingSetEpoch(Rule):
@@ -237,11 +238,17 @@ class MissingSetEpoch(Rule):
             if not (built_here or returns_shuffling_sampler(model, sampler)):
                 continue
             flow = trace_sampler(model, sampler)
-            if flow.escapes or flow.sets_epoch or built_here and flow.returned_elsewhere:
+            if flow.escapes or built_here and flow.returned_elsewhere:
                 continue  # (a factory returning it to another file: reported at that call)
             training = [it for it in flow.iterations if it.epoch_loops and it.trains]
+            replayed = [it for it in training if it.replays]
+            if flow.sets_epoch and not replayed:
+                continue
             epoch_loops = [it.epoch_loops for it in training if it.loops_in is model]
             if not training or _reseeded_each_epoch(model, sampler, epoch_loops):
+                continue
+            if replayed:
+                yield Violation(node=sampler, message=_replay_message(model, sampler, shuffles, replayed[0]))
                 continue
             where = training[0].loops_in
             line = where.position(training[0].epoch_loops[-1])[0].line
@@ -280,8 +287,19 @@ class MissingSetEpoch(Rule):
         )
 
 
+def _replay_message(model: SemanticModel, sampler: cst.Call, shuffles: Optional[bool], cycle) -> str:
+    line = model.position(cycle.node)[0].line
+    return (
+        f"This {_kind(model, sampler)} shuffles{_when(model, sampler, shuffles)}, but its loader is drawn through "
+        f"`itertools.cycle` (line {line}), which iterates the loader once and then replays the batches it saved: "
+        "every pass after the first repeats the first pass's batches in the same order on every rank, "
+        "whatever `set_epoch()` sets; draw from a generator that iterates the loader again each pass "
+        "(`while True: sampler.set_epoch(n); n += 1; yield from loader`)"
+    )
+
+
 def _kind(model: SemanticModel, sampler: cst.Call) -> str:
-    if model.qualified_name(sampler.func) == DISTRIBUTED_SAMPLER:
+    if model.qualified_name(sampler.func) in EPOCH_SEEDED_SAMPLERS:
         return "DistributedSampler"
     return f"`{model.code(sampler.func)}` sampler"
 
