@@ -28,13 +28,24 @@ class MissingSetEpoch(Rule):
     (its batches reach a `.backward()`; not a loop that reads `.grad` and steps no
     optimizer, such as an importance score) that runs again and again (an epoch loop), when
     nothing ever calls `set_epoch(...)` on it: not `sampler.set_epoch`,
-    `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`.
+    `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`. Assigning
+    `sampler.epoch = n` (also `loader.sampler.epoch = n`) counts: it is all `set_epoch(n)`
+    does. `loader.epoch = n` does not when the loader is torch's (or PyG's, MONAI's)
+    `DataLoader`, which never reads such an attribute; on a loader class of the project it
+    may, and the rule stays silent.
+
+    A loader drawn through `itertools.cycle(loader)` (`batches = cycle(loader)`, then
+    `next(batches)` in a training loop) is flagged even when `set_epoch` is called:
+    `cycle` iterates the loader once and then replays the batches it saved, so no later
+    pass sees a new order (checked with torch 2.13). A project's own `cycle` generator that
+    re-iterates the loader is no such replay. No fix is offered for it.
 
     A sampler shuffles with `shuffle` left out or provably true; one whose `shuffle` is a
     value the code can't tell (`shuffle=opt["train"]["shuffle"]`, read from a config file)
     is flagged too, worded "whenever `shuffle=...` is true": it is meant to shuffle on the
     runs that set it, and `set_epoch` costs nothing on the others. Besides torch's
-    `DistributedSampler` (and its subclasses), a sampler class of the project (named
+    `DistributedSampler` (and its subclasses, also MONAI's `monai.data.DistributedSampler`,
+    which keeps torch's epoch seeding and takes `shuffle` fifth), a sampler class of the project (named
     `...Sampler`) counts when its `set_epoch` stores a `self.<x>` that its `__iter__`
     reads, as a copy of torch's does; its `shuffle` is read from the call or its
     `__init__` default. A batch sampler class of the project (one with `__iter__`) that
@@ -42,12 +53,15 @@ class MissingSetEpoch(Rule):
 
     The sampler is followed through names (every binding that can reach a use, branch by
     branch; a module global also where a function reads it), loaders (torch's and PyG's,
-    and a project subclass of DataLoader given `sampler=` that hands its `**kwargs` to
+    MONAI's, and a project subclass of DataLoader given `sampler=` that hands its `**kwargs` to
     `super().__init__`) and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
-    DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, read back
-    as `loaders["train"]` or `loaders[phase]`; another literal key is another entry), the
+    DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, or stored
+    one key at a time into the dict a name holds, `loaders["train"] = DataLoader(...)`, also
+    `self.loaders[split] = ...`; read back as `loaders["train"]` or `loaders[phase]`; another
+    literal key is another entry, and a second store to the same entry stops the search), the
     loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
-    loader (`loader = tqdm(loader)`), either branch of a conditional expression
+    loader (`loader = tqdm(loader)`), a name holding `enumerate`/`zip` of it (`bar =
+    tqdm(enumerate(loader))` ... `for step, batch in bar`), either branch of a conditional expression
     (`tqdm(loader) if rank == 0 else loader`), the parameters of functions and
     constructors it is passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
     method's `self` given the instance by `mp.spawn`), and the values they return (also one
