@@ -63,12 +63,34 @@ LOADER_CLASSES = {
 
 
 def is_loader_call(model: SemanticModel, call: cst.Call) -> bool:
-    return model.qualified_name(call.func) in LOADER_CLASSES
+    return loader_class(model, call) is not None
+
+
+def loader_class(model: SemanticModel, call: cst.Call) -> Optional[str]:
+    """The LOADER_CLASSES name a call constructs, also through a parameter that every call
+    leaves at (or passes) one such class (`def loader(ds, *args, klass=DataLoader, **kw):
+    return klass(ds, *args, sampler=s, **kw)`); None for anything else."""
+    name = model.qualified_name(call.func)
+    if name in LOADER_CLASSES:
+        return name
+    if name is not None or not isinstance(call.func, cst.Name):
+        return None
+    binding = model.binding_at(call.func.value, call)
+    if binding is None or not isinstance(binding.node, cst.Param):
+        return None
+    param = binding.node
+    function = model.parent(model.parent(param))
+    sites = model.flow.all_call_sites(function) if isinstance(function, cst.FunctionDef) else None
+    names = set()
+    for caller, site, bound in sites or ():
+        given = model.flow.parameter_argument(site, function, param.name.value, bound)
+        names.add(None if given is None else (model if given is param.default else caller).qualified_name(given))
+    return names.pop() if len(names) == 1 and next(iter(names)) in LOADER_CLASSES else None
 
 
 def loader_argument(model: SemanticModel, call: cst.Call, which: str) -> Optional[cst.BaseExpression]:
     """The `shuffle` / `sampler` / `batch_sampler` a loader construction is given, or None."""
-    where = LOADER_CLASSES.get(model.qualified_name(call.func) or "", {}).get(which)
+    where = LOADER_CLASSES.get(loader_class(model, call) or "", {}).get(which)
     return argument(call, *where) if where is not None else None
 
 
@@ -258,6 +280,9 @@ class SamplerFlow:
     returned_elsewhere: bool = False
     # `loaders["train"] = DataLoader(...)` stores the dict was followed from (not replacements).
     entry_stores: set = field(default_factory=set)
+    # It reached a loader or batch sampler class of the project, whose `epoch` attribute
+    # (`loader.epoch = n`) its own code may hand to the sampler.
+    project_holder: bool = False
 
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -415,7 +440,7 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         elif not path and (attribute == "set_epoch" or attribute == "epoch" and _is_stored(model, parent)):
             flow.sets_epoch = True  # `sampler.epoch = n` is all `set_epoch(n)` does
         elif attribute == "epoch" and (not path or path[0] in ("sampler", "batch_sampler")
-                                       and _torch_loader_only(model, occurrence)):
+                                       and not flow.project_holder):
             pass  # read, or `loader.epoch = n` on torch's DataLoader: an attribute nothing reads
         elif attribute in SAMPLER_ATTRIBUTES:
             flow.escapes = True
@@ -481,9 +506,21 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         # the value holds it on one branch.
         _follow(model, parent, path, flow, seen, False)
         return
-    if _only_tested(parent, occurrence):
+    if _only_tested(parent, occurrence) or _operand_of_test(model, parent):
         return
     flow.escapes = True
+
+
+def _operand_of_test(model: SemanticModel, operation: Optional[cst.CSTNode]) -> bool:
+    """`if epoch % k == 0 and self.test_loader:`: an operand of `and`/`or` whose value is
+    only truth-tested (the whole operation is an `if`/`while` test or under `not`)."""
+    if not isinstance(operation, cst.BooleanOperation):
+        return False
+    while isinstance(model.parent(operation), cst.BooleanOperation):
+        operation = model.parent(operation)
+    test = model.parent(operation)
+    return isinstance(test, (cst.If, cst.While)) and test.test is operation or (
+        isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not))
 
 
 _ANY_KEY = "{*}"
@@ -501,6 +538,20 @@ def _dict_entry(model: SemanticModel, entry: cst.CSTNode) -> str:
                 and loop.target.value == entry.key.value and isinstance(loop.iter, (cst.List, cst.Tuple, cst.Set))):
             keys = _literal_keys(tuple(e.value for e in loop.iter.elements))
     return "{" + "|".join(sorted(keys)) + "}" if keys else _ANY_KEY
+
+
+def _subscript_step(model: SemanticModel, subscript: cst.Subscript) -> str:
+    """The entry `d[...]` names: its literal key, also through a name bound to a constant
+    (`split = "train"; d[split]`); `{*}` when unknown."""
+    index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+    if not isinstance(index, cst.Index):
+        return _ANY_KEY
+    step = _key_step(index.value)
+    if step == _ANY_KEY and isinstance(index.value, cst.Name):
+        value = model.value_at(index.value, subscript)
+        if isinstance(value, (cst.SimpleString, cst.Integer)):
+            step = _key_step(value)
+    return step
 
 
 def _key_step(key: cst.BaseExpression) -> str:
@@ -531,14 +582,18 @@ def _follow_dict(model: SemanticModel, occurrence: cst.CSTNode, parent: Optional
     and where the dict itself goes."""
     entry = path[0]
     if isinstance(parent, cst.Subscript) and parent.value is occurrence:
-        index = parent.slice[0].slice if len(parent.slice) == 1 else None
-        key = _key_step(index.value) if isinstance(index, cst.Index) else _ANY_KEY
+        key = _subscript_step(model, parent)
         if not _same_entry(entry, key):
             return  # another entry: `loaders["val"]`
         target = model.parent(parent)
         if parent in flow.entry_stores:
             return  # the store this entry was followed from
         if isinstance(target, (cst.AssignTarget, cst.AugAssign)) and target.target is parent or isinstance(target, cst.Del):
+            if _ANY_KEY in (key, entry) and not isinstance(target, cst.Del) or any(
+                    _exclusive_branches(model, store, parent) for store in flow.entry_stores):
+                # `loaders[split] = ...` for splits we can't tell: most likely other entries;
+                # `if ddp: d["train"] = A` / `else: d["train"] = B`: one or the other
+                return
             flow.escapes = True  # the entry may be replaced: we no longer know what it holds
             return
         _follow(model, parent, path[1:], flow, seen, certain and key == entry != _ANY_KEY)
@@ -586,8 +641,7 @@ def _follow_entry_store(model: SemanticModel, assign, target: cst.Subscript, pat
                         seen: set) -> None:
     """`loaders["train"] = DataLoader(...)` (also `self.loaders[phase] = ...`): the dict the
     name holds there keeps it under that key (any key, when it is not a literal)."""
-    index = target.slice[0].slice if len(target.slice) == 1 else None
-    step = _key_step(index.value) if isinstance(index, cst.Index) else _ANY_KEY
+    step = _subscript_step(model, target)
     key = model.binding_key(target.value, assign)
     binding = model.binding_at(key, assign) if key is not None else None
     if binding is None:
@@ -601,16 +655,6 @@ def _is_stored(model: SemanticModel, attribute: cst.Attribute) -> bool:
     """`x.epoch = ...` (or `+=`): the attribute is assigned, not read."""
     parent = model.parent(attribute)
     return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is attribute
-
-
-def _torch_loader_only(model: SemanticModel, loader: cst.CSTNode) -> bool:
-    """Every value the expression may hold is a construction of a loader class of
-    LOADER_CLASSES (torch's, PyG's, MONAI's): none defines an `epoch` attribute, so
-    `loader.epoch = n` stores a value nothing reads. False for a project subclass, which
-    may read it."""
-    values = model.flow.values_at(loader) if isinstance(loader, cst.BaseExpression) else []
-    return bool(values) and all(
-        value.known and isinstance(value.expr, cst.Call) and is_loader_call(value.model, value.expr) for value in values)
 
 
 def _replayed_iteration(model: SemanticModel, cycle: cst.Call) -> Iteration:
@@ -667,7 +711,7 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     if not isinstance(call, cst.Call):
         flow.escapes = True  # a class base, a decorator argument...
         return
-    name = model.qualified_name(call.func)
+    name = loader_class(model, call) or model.qualified_name(call.func)
     if arg.star:
         flow.escapes = True
     elif name in LOADER_CLASSES and loader_argument(model, call, "sampler") is value:
@@ -675,6 +719,7 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     elif name in LOADER_CLASSES and loader_argument(model, call, "batch_sampler") is value:
         _follow(model, call, ("batch_sampler", *path), flow, seen, certain)
     elif arg.keyword is not None and arg.keyword.value in ("sampler", "batch_sampler") and _forwards_to_loader(model, call):
+        flow.project_holder = True
         _follow(model, call, (arg.keyword.value, *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
@@ -682,7 +727,7 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
         flow.iterations.append(_iteration(model, iterating_loop(model, call), flow.entered))
-    elif model.qualified_name(call.func) in TQDM_NAMES and argument(call, 0, "iterable") is value:
+    elif is_tqdm(model, call.func) and argument(call, 0, "iterable") is value:
         # `loader = tqdm(loader)`: iterating the progress bar iterates the loader, once.
         _follow(model, call, path, flow, seen, False)
     elif builtin_name(model, call.func) in ("enumerate", "zip") and arg.keyword is None:
@@ -796,6 +841,7 @@ def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path
         # A batch sampler of the project (`PairBatchSampler(ds, sampler, 8)`) keeping it as
         # `self.sampler`: the instance reaches it through that attribute.
         for kept in _kept_as(function, name):
+            flow.project_holder = True
             _follow(model, call, (kept, *path), flow, seen, certain)
     return True
 
@@ -1061,7 +1107,30 @@ def builtin_name(model: SemanticModel, func: cst.BaseExpression) -> Optional[str
 
 
 def is_iteration_wrapper(model: SemanticModel, call: cst.Call) -> bool:
-    return builtin_name(model, call.func) in ITERATION_BUILTINS or model.qualified_name(call.func) in TQDM_NAMES
+    return builtin_name(model, call.func) in ITERATION_BUILTINS or is_tqdm(model, call.func)
+
+
+def is_tqdm(model: SemanticModel, func: cst.BaseExpression) -> bool:
+    """`tqdm(...)`: imported here, or by a project module this file star-imports
+    (`from utils import *` where utils.py does `from tqdm import tqdm`)."""
+    name = model.qualified_name(func)
+    if name is not None or not isinstance(func, cst.Name) or func.value in model.bindings:
+        return name in TQDM_NAMES
+    return _star_imported(model, func.value) in TQDM_NAMES
+
+
+def _star_imported(model: SemanticModel, name: str) -> Optional[str]:
+    """What `name` is imported as by a module of the project this file star-imports."""
+    project = model.project
+    modules = (*model.star_imports, *getattr(model, "relative_star_imports", ()))
+    if project is None or not modules:
+        return None
+    for module in modules:
+        for path, rest in project._candidates(module, model.path):
+            other = None if rest else project.model_for(path)
+            if other is not None and name in other.imports:
+                return other.imports[name]
+    return None
 
 
 def iterating_loop(model: SemanticModel, call: cst.Call) -> Optional[cst.For]:
