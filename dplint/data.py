@@ -49,14 +49,19 @@ LOADER_SAMPLER = (3, "sampler")
 # calls `super().__init__(dataset, batch_size, shuffle, ..., **kwargs)`; PyG 1.x had the same
 # class as `torch_geometric.data.DataLoader`. MONAI's `monai.data.DataLoader(dataset,
 # num_workers=0, **kwargs)` hands every other argument to torch's by keyword. Any other
-# library's `DataLoader` is unknown.
+# library's `DataLoader` is unknown. timm's `MultiEpochsDataLoader(*args, **kwargs)` hands
+# all to torch's, then re-iterates torch's batch sampler forever (each pass calls
+# `iter(sampler)` again: the sampler's epoch still picks the order).
 _PYG_ARGUMENTS = {"shuffle": (2, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
+_TORCH_ARGUMENTS = {"shuffle": LOADER_SHUFFLE, "sampler": LOADER_SAMPLER, "batch_sampler": (4, "batch_sampler")}
 _KEYWORD_ARGUMENTS = {"shuffle": (None, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
 LOADER_CLASSES = {
-    DATA_LOADER: {"shuffle": LOADER_SHUFFLE, "sampler": LOADER_SAMPLER, "batch_sampler": (4, "batch_sampler")},
+    DATA_LOADER: _TORCH_ARGUMENTS,
     "torch_geometric.loader.DataLoader": _PYG_ARGUMENTS,
     "torch_geometric.loader.dataloader.DataLoader": _PYG_ARGUMENTS,
     "torch_geometric.data.DataLoader": _PYG_ARGUMENTS,
+    "timm.data.loader.MultiEpochsDataLoader": _TORCH_ARGUMENTS,
+    "timm.data.MultiEpochsDataLoader": _TORCH_ARGUMENTS,
     "monai.data.DataLoader": _KEYWORD_ARGUMENTS,
     "monai.data.dataloader.DataLoader": _KEYWORD_ARGUMENTS,
 }
@@ -69,15 +74,24 @@ def is_loader_call(model: SemanticModel, call: cst.Call) -> bool:
 def loader_class(model: SemanticModel, call: cst.Call) -> Optional[str]:
     """The LOADER_CLASSES name a call constructs, also through a parameter that every call
     leaves at (or passes) one such class (`def loader(ds, *args, klass=DataLoader, **kw):
-    return klass(ds, *args, sampler=s, **kw)`); None for anything else."""
+    return klass(ds, *args, sampler=s, **kw)`), or a local name every binding of which is
+    one (taking their arguments alike); None for anything else."""
     name = model.qualified_name(call.func)
     if name in LOADER_CLASSES:
         return name
     if name is not None or not isinstance(call.func, cst.Name):
         return None
     binding = model.binding_at(call.func.value, call)
-    if binding is None or not isinstance(binding.node, cst.Param):
+    if binding is None:
         return None
+    if not isinstance(binding.node, cst.Param):
+        # `loader_class = DataLoader` / `if fast: loader_class = MultiEpochsDataLoader`
+        classes = {model.qualified_name(other.value) if other.value is not None else None
+                   for other in model.bindings.get(binding.key, ()) if other.scope is binding.scope}
+        if not classes or not all(name in LOADER_CLASSES for name in classes):
+            return None
+        # the one taking the fewest arguments by position: where they differ, keywords only
+        return min(classes, key=lambda name: (sum(p is not None for p, _ in LOADER_CLASSES[name].values()), name))
     param = binding.node
     function = model.parent(model.parent(param))
     sites = model.flow.all_call_sites(function) if isinstance(function, cst.FunctionDef) else None

@@ -53,7 +53,9 @@ class MissingSetEpoch(Rule):
 
     The sampler is followed through names (every binding that can reach a use, branch by
     branch; a module global also where a function reads it), loaders (torch's and PyG's,
-    MONAI's, and a project subclass of DataLoader given `sampler=` that hands its `**kwargs` to
+    MONAI's, timm's `MultiEpochsDataLoader`, such a class held by a name (`loader_cls=DataLoader`
+    as a parameter no caller changes, `loader_class = DataLoader` / `... = MultiEpochsDataLoader`),
+    and a project subclass of DataLoader given `sampler=` that hands its `**kwargs` to
     `super().__init__`) and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
     DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, or stored
     one key at a time into the dict a name holds, `loaders["train"] = DataLoader(...)`, also
