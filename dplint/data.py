@@ -327,7 +327,7 @@ def epoch_sampler_shuffle(model: SemanticModel, call: cst.Call) -> Optional[cst.
     (its own or a base's; torch's when it derives from `DistributedSampler`)."""
     if any(arg.star for arg in call.args):
         return None
-    library = EPOCH_SEEDED_SAMPLERS.get(model.qualified_name(call.func) or "")
+    library = EPOCH_SEEDED_SAMPLERS.get(epoch_seeded_class(model, call)[0] or "")
     if library is not None:
         shuffle = argument(call, *library)
         return _DEFAULT_TRUE if shuffle is None else shuffle
@@ -356,6 +356,29 @@ def epoch_sampler_shuffle(model: SemanticModel, call: cst.Call) -> Optional[cst.
         return _DEFAULT_TRUE if literal_value(param.default) else cst.Name("False")
     except ValueError:
         return param.default
+
+
+def epoch_seeded_class(model: SemanticModel, call: cst.Call) -> tuple[Optional[str], bool]:
+    """(the EPOCH_SEEDED_SAMPLERS class a call constructs, whether surely that one): the
+    class itself, or a local name holding it (`sampler_cls = DistributedSampler`), also on
+    one branch (`RandomSampler if args.local_rank == -1 else DistributedSampler`: not sure)."""
+    name = model.qualified_name(call.func)
+    if name is not None or not isinstance(call.func, cst.Name):
+        return (name, True) if name in EPOCH_SEEDED_SAMPLERS else (None, False)
+    binding = model.binding_at(call.func.value, call)
+    if binding is None or isinstance(binding.node, cst.Param):
+        return None, False
+    held = []
+    for other in model.bindings.get(binding.key, ()):
+        stack = [other.value] if other.scope is binding.scope else []
+        while stack:
+            value = stack.pop()
+            if isinstance(value, cst.IfExp):
+                stack += [value.body, value.orelse]
+            else:
+                held.append(model.qualified_name(value) if value is not None else None)
+    seeded = [name for name in held if name in EPOCH_SEEDED_SAMPLERS]
+    return (seeded[0], len(held) == 1) if seeded else (None, False)
 
 
 def _class_chain(model: SemanticModel, node: cst.ClassDef, depth: int = 4) -> tuple[list, bool]:

@@ -8,7 +8,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.data import (
-    EPOCH_SEEDED_SAMPLERS,
+    epoch_seeded_class,
     SAMPLER_SEED,
     SamplerFlow,
     epoch_count_loop,
@@ -45,7 +45,9 @@ class MissingSetEpoch(Rule):
     is flagged too, worded "whenever `shuffle=...` is true": it is meant to shuffle on the
     runs that set it, and `set_epoch` costs nothing on the others. Besides torch's
     `DistributedSampler` (and its subclasses, also MONAI's `monai.data.DistributedSampler`,
-    which keeps torch's epoch seeding and takes `shuffle` fifth), a sampler class of the project (named
+    which keeps torch's epoch seeding and takes `shuffle` fifth; also called through a local
+    name holding the class, `sampler_cls = RandomSampler if single else DistributedSampler`,
+    then flagged without a fix: the other class may have no `set_epoch`), a sampler class of the project (named
     `...Sampler`) counts when its `set_epoch` stores a `self.<x>` that its `__iter__`
     reads, as a copy of torch's does; its `shuffle` is read from the call or its
     `__init__` default. A batch sampler class of the project (one with `__iter__`) that
@@ -275,12 +277,13 @@ class MissingSetEpoch(Rule):
                     (f"This {_kind(model, sampler)} shuffles{_when(model, sampler, shuffles)}" if built_here else
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
                     + ", but `set_epoch()` is never called on it: it seeds its order with "
-                    + ("`seed + epoch`" if _kind(model, sampler) == "DistributedSampler" else "its epoch")
+                    + ("`seed + epoch`" if epoch_seeded_class(model, sampler)[0] else "its epoch")
                     + f", so every epoch of the loop at line {line} "
                     "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
                     "start of each epoch"
                 ),
-                fix=self._fix(model, flow, epoch_loops) if built_here and all(_fixable_here(model, it) for it in training) else None,
+                fix=self._fix(model, flow, epoch_loops) if built_here and _class_sure(model, sampler)
+                and all(_fixable_here(model, it) for it in training) else None,
             )
 
     @staticmethod
@@ -303,6 +306,12 @@ class MissingSetEpoch(Rule):
         )
 
 
+def _class_sure(model: SemanticModel, sampler: cst.Call) -> bool:
+    """Not `(RandomSampler if single else DistributedSampler)(ds)`: `set_epoch` may not exist."""
+    seeded, sure = epoch_seeded_class(model, sampler)
+    return seeded is None or sure
+
+
 def _replay_message(model: SemanticModel, sampler: cst.Call, shuffles: Optional[bool], cycle) -> str:
     line = model.position(cycle.node)[0].line
     return (
@@ -315,8 +324,9 @@ def _replay_message(model: SemanticModel, sampler: cst.Call, shuffles: Optional[
 
 
 def _kind(model: SemanticModel, sampler: cst.Call) -> str:
-    if model.qualified_name(sampler.func) in EPOCH_SEEDED_SAMPLERS:
-        return "DistributedSampler"
+    seeded, sure = epoch_seeded_class(model, sampler)
+    if seeded is not None:
+        return "DistributedSampler" if sure else f"`{model.code(sampler.func)}` sampler (a DistributedSampler on some runs)"
     return f"`{model.code(sampler.func)}` sampler"
 
 
