@@ -47,23 +47,64 @@ LOADER_SAMPLER = (3, "sampler")
 # on to it unchanged, with where each takes them. PyG 2.x `torch_geometric.loader.DataLoader
 # (dataset, batch_size=1, shuffle=False, follow_batch=None, exclude_keys=None, **kwargs)`
 # calls `super().__init__(dataset, batch_size, shuffle, ..., **kwargs)`; PyG 1.x had the same
-# class as `torch_geometric.data.DataLoader`. Any other library's `DataLoader` is unknown.
+# class as `torch_geometric.data.DataLoader`. MONAI's `monai.data.DataLoader(dataset,
+# num_workers=0, **kwargs)` hands every other argument to torch's by keyword. Any other
+# library's `DataLoader` is unknown. timm's `MultiEpochsDataLoader(*args, **kwargs)` hands
+# all to torch's, then re-iterates torch's batch sampler forever (each pass calls
+# `iter(sampler)` again: the sampler's epoch still picks the order).
 _PYG_ARGUMENTS = {"shuffle": (2, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
+_TORCH_ARGUMENTS = {"shuffle": LOADER_SHUFFLE, "sampler": LOADER_SAMPLER, "batch_sampler": (4, "batch_sampler")}
+_KEYWORD_ARGUMENTS = {"shuffle": (None, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
 LOADER_CLASSES = {
-    DATA_LOADER: {"shuffle": LOADER_SHUFFLE, "sampler": LOADER_SAMPLER, "batch_sampler": (4, "batch_sampler")},
+    DATA_LOADER: _TORCH_ARGUMENTS,
     "torch_geometric.loader.DataLoader": _PYG_ARGUMENTS,
     "torch_geometric.loader.dataloader.DataLoader": _PYG_ARGUMENTS,
     "torch_geometric.data.DataLoader": _PYG_ARGUMENTS,
+    "timm.data.loader.MultiEpochsDataLoader": _TORCH_ARGUMENTS,
+    "timm.data.MultiEpochsDataLoader": _TORCH_ARGUMENTS,
+    "monai.data.DataLoader": _KEYWORD_ARGUMENTS,
+    "monai.data.dataloader.DataLoader": _KEYWORD_ARGUMENTS,
 }
 
 
 def is_loader_call(model: SemanticModel, call: cst.Call) -> bool:
-    return model.qualified_name(call.func) in LOADER_CLASSES
+    return loader_class(model, call) is not None
+
+
+def loader_class(model: SemanticModel, call: cst.Call) -> Optional[str]:
+    """The LOADER_CLASSES name a call constructs, also through a parameter that every call
+    leaves at (or passes) one such class (`def loader(ds, *args, klass=DataLoader, **kw):
+    return klass(ds, *args, sampler=s, **kw)`), or a local name every binding of which is
+    one (taking their arguments alike); None for anything else."""
+    name = model.qualified_name(call.func)
+    if name in LOADER_CLASSES:
+        return name
+    if name is not None or not isinstance(call.func, cst.Name):
+        return None
+    binding = model.binding_at(call.func.value, call)
+    if binding is None:
+        return None
+    if not isinstance(binding.node, cst.Param):
+        # `loader_class = DataLoader` / `if fast: loader_class = MultiEpochsDataLoader`
+        classes = {model.qualified_name(other.value) if other.value is not None else None
+                   for other in model.bindings.get(binding.key, ()) if other.scope is binding.scope}
+        if not classes or not all(name in LOADER_CLASSES for name in classes):
+            return None
+        # the one taking the fewest arguments by position: where they differ, keywords only
+        return min(classes, key=lambda name: (sum(p is not None for p, _ in LOADER_CLASSES[name].values()), name))
+    param = binding.node
+    function = model.parent(model.parent(param))
+    sites = model.flow.all_call_sites(function) if isinstance(function, cst.FunctionDef) else None
+    names = set()
+    for caller, site, bound in sites or ():
+        given = model.flow.parameter_argument(site, function, param.name.value, bound)
+        names.add(None if given is None else (model if given is param.default else caller).qualified_name(given))
+    return names.pop() if len(names) == 1 and next(iter(names)) in LOADER_CLASSES else None
 
 
 def loader_argument(model: SemanticModel, call: cst.Call, which: str) -> Optional[cst.BaseExpression]:
     """The `shuffle` / `sampler` / `batch_sampler` a loader construction is given, or None."""
-    where = LOADER_CLASSES.get(model.qualified_name(call.func) or "", {}).get(which)
+    where = LOADER_CLASSES.get(loader_class(model, call) or "", {}).get(which)
     return argument(call, *where) if where is not None else None
 
 
@@ -79,6 +120,19 @@ def loader_sampler(model: SemanticModel, loader: cst.Call) -> Optional[cst.Call]
     """The sampler construction passed to a DataLoader call, or None when unknown or absent."""
     return sampler_call(model, loader_argument(model, loader, "sampler"), loader)
 
+
+# Subclasses of torch's DistributedSampler in well-known libraries that keep its epoch
+# seeding (neither `__iter__` nor `set_epoch` overridden), with where each takes `shuffle`.
+# MONAI's `monai.data.DistributedSampler(dataset, even_divisible=True, num_replicas=None,
+# rank=None, shuffle=True, **kwargs)` hands `shuffle` and `**kwargs` (`seed`, `drop_last`) to
+# torch's `__init__` and only trims `num_samples`/`total_size` when `even_divisible=False`.
+_MONAI_SHUFFLE = (4, "shuffle")
+EPOCH_SEEDED_SAMPLERS = {
+    DISTRIBUTED_SAMPLER: (3, "shuffle"),
+    "monai.data.DistributedSampler": _MONAI_SHUFFLE,
+    "monai.data.samplers.DistributedSampler": _MONAI_SHUFFLE,
+}
+TORCH_SAMPLERS |= set(EPOCH_SEEDED_SAMPLERS)
 
 # Base classes that make a class of the project a sampler.
 SAMPLER_BASES = TORCH_SAMPLERS | {"torch.utils.data.Sampler", "torch.utils.data.sampler.Sampler"}
@@ -170,7 +224,7 @@ def _dict_entries(expr, key: str) -> list[cst.BaseExpression]:
 
 
 def is_distributed_sampler(model: SemanticModel, call: Optional[cst.Call]) -> bool:
-    return call is not None and model.qualified_name(call.func) == DISTRIBUTED_SAMPLER
+    return call is not None and model.qualified_name(call.func) in EPOCH_SEEDED_SAMPLERS
 
 
 # ------------------------------------------------------------------ epochs and set_epoch
@@ -205,6 +259,8 @@ class Iteration:
     # its variable. Not for `iter()`/`next()` steps, generators or loops in a caller.
     fixable: bool = True
     loops_model: Optional[SemanticModel] = None  # where the epoch loops are, when not in `model`
+    # `itertools.cycle(loader)`: the loader is iterated once, then its saved batches replay.
+    replays: bool = False
 
     @property
     def loops_in(self) -> SemanticModel:
@@ -236,6 +292,11 @@ class SamplerFlow:
     # The sampler itself is returned to a caller in another file: that call site is where a
     # rule reports it (`returns_shuffling_sampler`), not the factory.
     returned_elsewhere: bool = False
+    # `loaders["train"] = DataLoader(...)` stores the dict was followed from (not replacements).
+    entry_stores: set = field(default_factory=set)
+    # It reached a loader or batch sampler class of the project, whose `epoch` attribute
+    # (`loader.epoch = n`) its own code may hand to the sampler.
+    project_holder: bool = False
 
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -266,8 +327,9 @@ def epoch_sampler_shuffle(model: SemanticModel, call: cst.Call) -> Optional[cst.
     (its own or a base's; torch's when it derives from `DistributedSampler`)."""
     if any(arg.star for arg in call.args):
         return None
-    if model.qualified_name(call.func) == DISTRIBUTED_SAMPLER:
-        shuffle = argument(call, *SAMPLER_SHUFFLE)
+    library = EPOCH_SEEDED_SAMPLERS.get(epoch_seeded_class(model, call)[0] or "")
+    if library is not None:
+        shuffle = argument(call, *library)
         return _DEFAULT_TRUE if shuffle is None else shuffle
     name = dotted_name(call.func)
     if name is None or not name.rpartition(".")[2].endswith("Sampler"):
@@ -296,13 +358,36 @@ def epoch_sampler_shuffle(model: SemanticModel, call: cst.Call) -> Optional[cst.
         return param.default
 
 
+def epoch_seeded_class(model: SemanticModel, call: cst.Call) -> tuple[Optional[str], bool]:
+    """(the EPOCH_SEEDED_SAMPLERS class a call constructs, whether surely that one): the
+    class itself, or a local name holding it (`sampler_cls = DistributedSampler`), also on
+    one branch (`RandomSampler if args.local_rank == -1 else DistributedSampler`: not sure)."""
+    name = model.qualified_name(call.func)
+    if name is not None or not isinstance(call.func, cst.Name):
+        return (name, True) if name in EPOCH_SEEDED_SAMPLERS else (None, False)
+    binding = model.binding_at(call.func.value, call)
+    if binding is None or isinstance(binding.node, cst.Param):
+        return None, False
+    held = []
+    for other in model.bindings.get(binding.key, ()):
+        stack = [other.value] if other.scope is binding.scope else []
+        while stack:
+            value = stack.pop()
+            if isinstance(value, cst.IfExp):
+                stack += [value.body, value.orelse]
+            else:
+                held.append(model.qualified_name(value) if value is not None else None)
+    seeded = [name for name in held if name in EPOCH_SEEDED_SAMPLERS]
+    return (seeded[0], len(held) == 1) if seeded else (None, False)
+
+
 def _class_chain(model: SemanticModel, node: cst.ClassDef, depth: int = 4) -> tuple[list, bool]:
     """([(model, class)] the class and its project bases, first bases first; whether one of
     them derives from torch's DistributedSampler)."""
     chain, torch_base = [(model, node)], False
     for base in node.bases:
         qualified = model.qualified_name(base.value)
-        if qualified == DISTRIBUTED_SAMPLER:
+        if qualified in EPOCH_SEEDED_SAMPLERS:
             torch_base = True
             continue
         found = None
@@ -377,8 +462,8 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
     if flow.escapes:
         return
     parent = model.parent(occurrence)
-    if path and path[0].startswith("{"):
-        _follow_dict(model, occurrence, parent, path, flow, seen, certain)
+    if path and path[0].startswith("{") and not isinstance(parent, cst.Element):
+        _follow_dict(model, occurrence, parent, path, flow, seen, certain)  # (an element of a tuple: below)
         return
     if isinstance(parent, (cst.DictElement, cst.DictComp)) and parent.value is occurrence:
         # An entry of a dict: `{"train": DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in phases}`.
@@ -389,8 +474,11 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         attribute = parent.attr.value
         if path and attribute == path[0]:
             _follow(model, parent, path[1:], flow, seen, certain)
-        elif not path and attribute in ("set_epoch", "epoch"):
-            flow.sets_epoch = True
+        elif not path and (attribute == "set_epoch" or attribute == "epoch" and _is_stored(model, parent)):
+            flow.sets_epoch = True  # `sampler.epoch = n` is all `set_epoch(n)` does
+        elif attribute == "epoch" and (not path or path[0] in ("sampler", "batch_sampler")
+                                       and not flow.project_holder):
+            pass  # read, or `loader.epoch = n` on torch's DataLoader: an attribute nothing reads
         elif attribute in SAMPLER_ATTRIBUTES:
             flow.escapes = True
         # any other attribute (`loader.dataset`, `sampler.num_samples`) is only read
@@ -455,9 +543,21 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         # the value holds it on one branch.
         _follow(model, parent, path, flow, seen, False)
         return
-    if _only_tested(parent, occurrence):
+    if _only_tested(parent, occurrence) or _operand_of_test(model, parent):
         return
     flow.escapes = True
+
+
+def _operand_of_test(model: SemanticModel, operation: Optional[cst.CSTNode]) -> bool:
+    """`if epoch % k == 0 and self.test_loader:`: an operand of `and`/`or` whose value is
+    only truth-tested (the whole operation is an `if`/`while` test or under `not`)."""
+    if not isinstance(operation, cst.BooleanOperation):
+        return False
+    while isinstance(model.parent(operation), cst.BooleanOperation):
+        operation = model.parent(operation)
+    test = model.parent(operation)
+    return isinstance(test, (cst.If, cst.While)) and test.test is operation or (
+        isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not))
 
 
 _ANY_KEY = "{*}"
@@ -475,6 +575,20 @@ def _dict_entry(model: SemanticModel, entry: cst.CSTNode) -> str:
                 and loop.target.value == entry.key.value and isinstance(loop.iter, (cst.List, cst.Tuple, cst.Set))):
             keys = _literal_keys(tuple(e.value for e in loop.iter.elements))
     return "{" + "|".join(sorted(keys)) + "}" if keys else _ANY_KEY
+
+
+def _subscript_step(model: SemanticModel, subscript: cst.Subscript) -> str:
+    """The entry `d[...]` names: its literal key, also through a name bound to a constant
+    (`split = "train"; d[split]`); `{*}` when unknown."""
+    index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+    if not isinstance(index, cst.Index):
+        return _ANY_KEY
+    step = _key_step(index.value)
+    if step == _ANY_KEY and isinstance(index.value, cst.Name):
+        value = model.value_at(index.value, subscript)
+        if isinstance(value, (cst.SimpleString, cst.Integer)):
+            step = _key_step(value)
+    return step
 
 
 def _key_step(key: cst.BaseExpression) -> str:
@@ -505,12 +619,18 @@ def _follow_dict(model: SemanticModel, occurrence: cst.CSTNode, parent: Optional
     and where the dict itself goes."""
     entry = path[0]
     if isinstance(parent, cst.Subscript) and parent.value is occurrence:
-        index = parent.slice[0].slice if len(parent.slice) == 1 else None
-        key = _key_step(index.value) if isinstance(index, cst.Index) else _ANY_KEY
+        key = _subscript_step(model, parent)
         if not _same_entry(entry, key):
             return  # another entry: `loaders["val"]`
         target = model.parent(parent)
+        if parent in flow.entry_stores:
+            return  # the store this entry was followed from
         if isinstance(target, (cst.AssignTarget, cst.AugAssign)) and target.target is parent or isinstance(target, cst.Del):
+            if _ANY_KEY in (key, entry) and not isinstance(target, cst.Del) or any(
+                    _exclusive_branches(model, store, parent) for store in flow.entry_stores):
+                # `loaders[split] = ...` for splits we can't tell: most likely other entries;
+                # `if ddp: d["train"] = A` / `else: d["train"] = B`: one or the other
+                return
             flow.escapes = True  # the entry may be replaced: we no longer know what it holds
             return
         _follow(model, parent, path[1:], flow, seen, certain and key == entry != _ANY_KEY)
@@ -543,12 +663,63 @@ def _follow_assignment(model: SemanticModel, parent, path: tuple[str, ...], flow
                        certain: bool) -> None:
     """`name = <what reaches the sampler>`: follow the name."""
     targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+    if len(targets) == 1 and isinstance(targets[0], cst.Subscript):
+        _follow_entry_store(model, parent, targets[0], path, flow, seen)
+        return
     key = model.binding_key(targets[0], parent) if len(targets) == 1 else None
     binding = next((b for b in model.bindings.get(key or "", ()) if b.node is parent), None)
     if binding is None:
         flow.escapes = True
     else:
         _follow_binding(model, binding, path, flow, seen, certain)
+
+
+def _follow_entry_store(model: SemanticModel, assign, target: cst.Subscript, path: tuple[str, ...], flow: SamplerFlow,
+                        seen: set) -> None:
+    """`loaders["train"] = DataLoader(...)` (also `self.loaders[phase] = ...`): the dict the
+    name holds there keeps it under that key (any key, when it is not a literal)."""
+    step = _subscript_step(model, target)
+    key = model.binding_key(target.value, assign)
+    binding = model.binding_at(key, assign) if key is not None else None
+    if binding is None:
+        flow.escapes = True  # a dict reached some other way (`opt.loaders[...]`, a parameter's)
+        return
+    flow.entry_stores.add(target)
+    _follow_binding(model, binding, (step, *path), flow, seen, False)
+
+
+def _is_stored(model: SemanticModel, attribute: cst.Attribute) -> bool:
+    """`x.epoch = ...` (or `+=`): the attribute is assigned, not read."""
+    parent = model.parent(attribute)
+    return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is attribute
+
+
+def _replayed_iteration(model: SemanticModel, cycle: cst.Call) -> Iteration:
+    """`batches = itertools.cycle(loader)` drawn by `next(batches)` (or a `for` over it) in a
+    training loop: `cycle` iterates the loader once, then yields the batches it saved, so
+    every later pass repeats the first. Its loops are the loops the draws run in."""
+    step_loops: list[list[cst.CSTNode]] = []  # outermost first, the drawing loop last
+    loop = iterating_loop(model, cycle)
+    if loop is not None:
+        step_loops.append([*loops_around(model, loop), loop])
+    parent = model.parent(cycle)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is cycle:
+        key = model.binding_key(parent.targets[0].target, parent) or ""
+        binding = next((b for b in model.bindings.get(key, ()) if b.node is parent), None)
+        for node, _, _ in model.references.get(key, ()) if binding is not None else ():
+            if not _is_load(model, node) or model.binding_at(key, node) is not binding:
+                continue
+            use = model.parent(node)
+            call = model.parent(use)
+            if (isinstance(use, cst.Arg) and use.value is node and isinstance(call, cst.Call)
+                    and builtin_name(model, call.func) == "next"):
+                step_loops.append(loops_around(model, call))
+            elif isinstance(use, cst.For) and use.iter is node:
+                step_loops.append([*loops_around(model, use), use])
+    for loops in step_loops:
+        if loops and trains_in(model, loops[-1]):
+            return Iteration(model, cycle, loops, True, False, replays=True)
+    return Iteration(model, cycle, [], False, False, replays=True)
 
 
 def _loop_over_literal(model: SemanticModel, element: cst.Element) -> Optional[cst.For]:
@@ -577,7 +748,7 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     if not isinstance(call, cst.Call):
         flow.escapes = True  # a class base, a decorator argument...
         return
-    name = model.qualified_name(call.func)
+    name = loader_class(model, call) or model.qualified_name(call.func)
     if arg.star:
         flow.escapes = True
     elif name in LOADER_CLASSES and loader_argument(model, call, "sampler") is value:
@@ -585,6 +756,7 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     elif name in LOADER_CLASSES and loader_argument(model, call, "batch_sampler") is value:
         _follow(model, call, ("batch_sampler", *path), flow, seen, certain)
     elif arg.keyword is not None and arg.keyword.value in ("sampler", "batch_sampler") and _forwards_to_loader(model, call):
+        flow.project_holder = True
         _follow(model, call, (arg.keyword.value, *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
@@ -592,9 +764,15 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
         flow.iterations.append(_iteration(model, iterating_loop(model, call), flow.entered))
-    elif model.qualified_name(call.func) in TQDM_NAMES and argument(call, 0, "iterable") is value:
+    elif is_tqdm(model, call.func) and argument(call, 0, "iterable") is value:
         # `loader = tqdm(loader)`: iterating the progress bar iterates the loader, once.
         _follow(model, call, path, flow, seen, False)
+    elif builtin_name(model, call.func) in ("enumerate", "zip") and arg.keyword is None:
+        # `bar = tqdm(enumerate(loader))` ... `for step, batch in bar:`: iterating what the
+        # name holds iterates the loader, once (where the name is iterated).
+        _follow(model, call, path, flow, seen, False)
+    elif model.qualified_name(call.func) == "itertools.cycle" and argument(call, 0, "iterable") is value:
+        flow.iterations.append(_replayed_iteration(model, call))
     elif builtin_name(model, call.func) == "iter" and len(call.args) == 1:
         flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
     elif not _follow_into_callee(model, call, arg, path, flow, seen, certain) and not _project_hook(model, call):
@@ -700,6 +878,7 @@ def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path
         # A batch sampler of the project (`PairBatchSampler(ds, sampler, 8)`) keeping it as
         # `self.sampler`: the instance reaches it through that attribute.
         for kept in _kept_as(function, name):
+            flow.project_holder = True
             _follow(model, call, (kept, *path), flow, seen, certain)
     return True
 
@@ -965,7 +1144,30 @@ def builtin_name(model: SemanticModel, func: cst.BaseExpression) -> Optional[str
 
 
 def is_iteration_wrapper(model: SemanticModel, call: cst.Call) -> bool:
-    return builtin_name(model, call.func) in ITERATION_BUILTINS or model.qualified_name(call.func) in TQDM_NAMES
+    return builtin_name(model, call.func) in ITERATION_BUILTINS or is_tqdm(model, call.func)
+
+
+def is_tqdm(model: SemanticModel, func: cst.BaseExpression) -> bool:
+    """`tqdm(...)`: imported here, or by a project module this file star-imports
+    (`from utils import *` where utils.py does `from tqdm import tqdm`)."""
+    name = model.qualified_name(func)
+    if name is not None or not isinstance(func, cst.Name) or func.value in model.bindings:
+        return name in TQDM_NAMES
+    return _star_imported(model, func.value) in TQDM_NAMES
+
+
+def _star_imported(model: SemanticModel, name: str) -> Optional[str]:
+    """What `name` is imported as by a module of the project this file star-imports."""
+    project = model.project
+    modules = (*model.star_imports, *getattr(model, "relative_star_imports", ()))
+    if project is None or not modules:
+        return None
+    for module in modules:
+        for path, rest in project._candidates(module, model.path):
+            other = None if rest else project.model_for(path)
+            if other is not None and name in other.imports:
+                return other.imports[name]
+    return None
 
 
 def iterating_loop(model: SemanticModel, call: cst.Call) -> Optional[cst.For]:

@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.data import (
+    epoch_seeded_class,
     SAMPLER_SEED,
     SamplerFlow,
     epoch_count_loop,
@@ -17,7 +18,7 @@ from dplint.data import (
     trace_sampler,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import DISTRIBUTED_SAMPLER, SemanticModel, argument, literal_value
+from dplint.semantic import SemanticModel, argument, literal_value
 
 
 class MissingSetEpoch(Rule):
@@ -27,13 +28,26 @@ class MissingSetEpoch(Rule):
     (its batches reach a `.backward()`; not a loop that reads `.grad` and steps no
     optimizer, such as an importance score) that runs again and again (an epoch loop), when
     nothing ever calls `set_epoch(...)` on it: not `sampler.set_epoch`,
-    `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`.
+    `loader.sampler.set_epoch` nor `loader.batch_sampler.sampler.set_epoch`. Assigning
+    `sampler.epoch = n` (also `loader.sampler.epoch = n`) counts: it is all `set_epoch(n)`
+    does. `loader.epoch = n` does not when the loader is torch's (or PyG's, MONAI's)
+    `DataLoader`, which never reads such an attribute; on a loader class of the project it
+    may, and the rule stays silent.
+
+    A loader drawn through `itertools.cycle(loader)` (`batches = cycle(loader)`, then
+    `next(batches)` in a training loop) is flagged even when `set_epoch` is called:
+    `cycle` iterates the loader once and then replays the batches it saved, so no later
+    pass sees a new order (checked with torch 2.13). A project's own `cycle` generator that
+    re-iterates the loader is no such replay. No fix is offered for it.
 
     A sampler shuffles with `shuffle` left out or provably true; one whose `shuffle` is a
     value the code can't tell (`shuffle=opt["train"]["shuffle"]`, read from a config file)
     is flagged too, worded "whenever `shuffle=...` is true": it is meant to shuffle on the
     runs that set it, and `set_epoch` costs nothing on the others. Besides torch's
-    `DistributedSampler` (and its subclasses), a sampler class of the project (named
+    `DistributedSampler` (and its subclasses, also MONAI's `monai.data.DistributedSampler`,
+    which keeps torch's epoch seeding and takes `shuffle` fifth; also called through a local
+    name holding the class, `sampler_cls = RandomSampler if single else DistributedSampler`,
+    then flagged without a fix: the other class may have no `set_epoch`), a sampler class of the project (named
     `...Sampler`) counts when its `set_epoch` stores a `self.<x>` that its `__iter__`
     reads, as a copy of torch's does; its `shuffle` is read from the call or its
     `__init__` default. A batch sampler class of the project (one with `__iter__`) that
@@ -41,12 +55,17 @@ class MissingSetEpoch(Rule):
 
     The sampler is followed through names (every binding that can reach a use, branch by
     branch; a module global also where a function reads it), loaders (torch's and PyG's,
+    MONAI's, timm's `MultiEpochsDataLoader`, such a class held by a name (`loader_cls=DataLoader`
+    as a parameter no caller changes, `loader_class = DataLoader` / `... = MultiEpochsDataLoader`),
     and a project subclass of DataLoader given `sampler=` that hands its `**kwargs` to
     `super().__init__`) and batch samplers, `self.x` attributes of its class, dict entries (`{"train":
-    DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, read back
-    as `loaders["train"]` or `loaders[phase]`; another literal key is another entry), the
+    DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, or stored
+    one key at a time into the dict a name holds, `loaders["train"] = DataLoader(...)`, also
+    `self.loaders[split] = ...`; read back as `loaders["train"]` or `loaders[phase]`; another
+    literal key is another entry, and a second store to the same entry stops the search), the
     loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
-    loader (`loader = tqdm(loader)`), either branch of a conditional expression
+    loader (`loader = tqdm(loader)`), a name holding `enumerate`/`zip` of it (`bar =
+    tqdm(enumerate(loader))` ... `for step, batch in bar`), either branch of a conditional expression
     (`tqdm(loader) if rank == 0 else loader`), the parameters of functions and
     constructors it is passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
     method's `self` given the instance by `mp.spawn`), and the values they return (also one
@@ -237,11 +256,17 @@ class MissingSetEpoch(Rule):
             if not (built_here or returns_shuffling_sampler(model, sampler)):
                 continue
             flow = trace_sampler(model, sampler)
-            if flow.escapes or flow.sets_epoch or built_here and flow.returned_elsewhere:
+            if flow.escapes or built_here and flow.returned_elsewhere:
                 continue  # (a factory returning it to another file: reported at that call)
             training = [it for it in flow.iterations if it.epoch_loops and it.trains]
+            replayed = [it for it in training if it.replays]
+            if flow.sets_epoch and not replayed:
+                continue
             epoch_loops = [it.epoch_loops for it in training if it.loops_in is model]
             if not training or _reseeded_each_epoch(model, sampler, epoch_loops):
+                continue
+            if replayed:
+                yield Violation(node=sampler, message=_replay_message(model, sampler, shuffles, replayed[0]))
                 continue
             where = training[0].loops_in
             line = where.position(training[0].epoch_loops[-1])[0].line
@@ -252,12 +277,13 @@ class MissingSetEpoch(Rule):
                     (f"This {_kind(model, sampler)} shuffles{_when(model, sampler, shuffles)}" if built_here else
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
                     + ", but `set_epoch()` is never called on it: it seeds its order with "
-                    + ("`seed + epoch`" if _kind(model, sampler) == "DistributedSampler" else "its epoch")
+                    + ("`seed + epoch`" if epoch_seeded_class(model, sampler)[0] else "its epoch")
                     + f", so every epoch of the loop at line {line} "
                     "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
                     "start of each epoch"
                 ),
-                fix=self._fix(model, flow, epoch_loops) if built_here and all(_fixable_here(model, it) for it in training) else None,
+                fix=self._fix(model, flow, epoch_loops) if built_here and _class_sure(model, sampler)
+                and all(_fixable_here(model, it) for it in training) else None,
             )
 
     @staticmethod
@@ -280,9 +306,27 @@ class MissingSetEpoch(Rule):
         )
 
 
+def _class_sure(model: SemanticModel, sampler: cst.Call) -> bool:
+    """Not `(RandomSampler if single else DistributedSampler)(ds)`: `set_epoch` may not exist."""
+    seeded, sure = epoch_seeded_class(model, sampler)
+    return seeded is None or sure
+
+
+def _replay_message(model: SemanticModel, sampler: cst.Call, shuffles: Optional[bool], cycle) -> str:
+    line = model.position(cycle.node)[0].line
+    return (
+        f"This {_kind(model, sampler)} shuffles{_when(model, sampler, shuffles)}, but its loader is drawn through "
+        f"`itertools.cycle` (line {line}), which iterates the loader once and then replays the batches it saved: "
+        "every pass after the first repeats the first pass's batches in the same order on every rank, "
+        "whatever `set_epoch()` sets; draw from a generator that iterates the loader again each pass "
+        "(`while True: sampler.set_epoch(n); n += 1; yield from loader`)"
+    )
+
+
 def _kind(model: SemanticModel, sampler: cst.Call) -> str:
-    if model.qualified_name(sampler.func) == DISTRIBUTED_SAMPLER:
-        return "DistributedSampler"
+    seeded, sure = epoch_seeded_class(model, sampler)
+    if seeded is not None:
+        return "DistributedSampler" if sure else f"`{model.code(sampler.func)}` sampler (a DistributedSampler on some runs)"
     return f"`{model.code(sampler.func)}` sampler"
 
 

@@ -15,8 +15,10 @@ from dplint.semantic import DISTRIBUTED_SAMPLER, SemanticModel, keyword_arg, pee
 class SamplerShuffle(Rule):
     """
     ## What it does
-    Flags a `DataLoader` (torch's, or PyG's `torch_geometric.loader.DataLoader`, which
-    hands both arguments on to it) given a torch sampler (such as a `DistributedSampler`,
+    Flags a `DataLoader` (torch's, or PyG's `torch_geometric.loader.DataLoader`, MONAI's
+    `monai.data.DataLoader` or timm's `MultiEpochsDataLoader`, which hand both arguments on
+    to it; also such a class held by a parameter that no caller changes, `klass=DataLoader`)
+    given a torch sampler (such as a `DistributedSampler` or MONAI's subclass of it,
     or an instance of a project class derived from `Sampler`, made in this file or another)
     and a `shuffle=` that is provably true on the same path: `shuffle=True`, a name bound
     to `True`, or an expression such as `shuffle=(sampler is not None)`.
