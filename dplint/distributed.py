@@ -73,6 +73,9 @@ RANK_WORDS = re.compile(
 # The index of a machine, not of a process: `node_rank == 0` (or `args.nr == 0`) is true for
 # every process of the first machine, so it guards nothing on one machine.
 NODE_WORDS = re.compile(r"node_?rank|machine_?rank|group_?rank|node_?id|^nr$|^node$", re.IGNORECASE)
+# Ranks in the plural name a set of ranks, the same in every process: `load_on_all_ranks`,
+# `num_ranks`, `ranks_per_node`.
+PLURAL_RANKS = re.compile(r"ranks", re.IGNORECASE)
 # "master" in names that are not the main process: the rendezvous address every rank reads
 # (`MASTER_ADDR`, `MASTER_PORT`), apex's fp32 copy of the weights (`amp.master_params()`).
 NOT_RANK_WORDS = re.compile(r"master_?(addr|port|params?|weights?|grads?)", re.IGNORECASE)
@@ -146,7 +149,7 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
     `followed`: `expr` is a value bound to a name the test reads, judged by its surface."""
     if expr is None:
         return False
-    for node in _subtree(expr, into_calls=not followed):
+    for node in _subtree(expr, into_calls=not followed, skip=_same_on_every_process):
         if isinstance(node, cst.Name) and is_rank_word(node.value):
             return True
         if isinstance(node, cst.Attribute) and is_rank_word(node.attr.value):
@@ -171,8 +174,62 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
 
 
 def is_rank_word(text: str) -> bool:
-    """An identifier or string naming a process rank or the main process, not a machine's index."""
+    """An identifier or string naming a process rank or the main process, not a machine's index
+    nor a set of ranks (`load_on_all_ranks`, `num_ranks`: a setting every process shares)."""
+    text = PLURAL_RANKS.sub("", text)
     return RANK_WORDS.search(text) is not None and NODE_WORDS.search(text) is None and NOT_RANK_WORDS.search(text) is None
+
+
+def _same_on_every_process(node: cst.CSTNode) -> bool:
+    """A comparison every process of a machine answers alike, whatever rank words it uses:
+    whether the launcher set a variable (`"RANK" in os.environ`, `os.environ.get("LOCAL_RANK")
+    is None`: the launcher sets it for every process or for none), or a test of the machine's
+    index (`group_rank == g_rank` with `group_rank` read from `GROUP_RANK`, a loop counter on
+    the other side: each machine's processes all pass it together)."""
+    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+        return False
+    operator, right = node.comparisons[0].operator, node.comparisons[0].comparator
+    if isinstance(operator, (cst.In, cst.NotIn)):
+        return _is_environ(right)
+    if isinstance(operator, (cst.Is, cst.IsNot)) and isinstance(right, cst.Name) and right.value == "None":
+        return _reads_environ(node.left)
+    if isinstance(operator, (cst.Equal, cst.NotEqual)):
+        return any(_is_machine_index(side) for side in (node.left, right))
+    return False
+
+
+def _is_environ(expr: cst.BaseExpression) -> bool:
+    """`os.environ` (or `environ` imported from os)."""
+    name = dotted_name(expr)
+    return name is not None and name.rpartition(".")[2] == "environ"
+
+
+def _reads_environ(expr: cst.BaseExpression) -> bool:
+    """`os.environ.get("X")` or `os.getenv("X")`, without a default: None when unset."""
+    if not isinstance(expr, cst.Call) or len(expr.args) != 1:
+        return False
+    func = expr.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "get":
+        return _is_environ(func.value)
+    return (dotted_name(func) or "").rpartition(".")[2] == "getenv"
+
+
+def _is_machine_index(expr: cst.BaseExpression) -> bool:
+    """`node_rank`, `args.group_rank`, `int(os.environ["GROUP_RANK"])`, `os.getenv("NODE_RANK")`."""
+    if isinstance(expr, cst.Call) and expr.args:
+        callee = dotted_name(expr.func) or ""
+        if callee in ("int", "os.getenv", "getenv", "os.environ.get", "environ.get"):
+            return _is_machine_index(expr.args[0].value)
+        return False
+    if isinstance(expr, cst.Subscript) and _is_environ(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        return _is_machine_index(expr.slice[0].slice.value)
+    if isinstance(expr, cst.SimpleString):
+        text = expr.value.strip("'\"")
+    elif isinstance(expr, (cst.Name, cst.Attribute)):
+        text = _last_identifier(expr)
+    else:
+        return False
+    return NODE_WORDS.search(text) is not None
 
 
 def _assigned_values(model: SemanticModel, name: cst.Name) -> list[cst.BaseExpression]:
@@ -237,14 +294,17 @@ def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: i
 _CONVERSIONS = {"int", "str", "bool", "float", "getenv", "get"}
 
 
-def _subtree(node: cst.CSTNode, into_calls: bool = True) -> Iterator[cst.CSTNode]:
+def _subtree(node: cst.CSTNode, into_calls: bool = True, skip=None) -> Iterator[cst.CSTNode]:
     """The nodes of a tree; with `into_calls=False` the arguments of a call are left out
     (but for conversions such as `int(...)`): a value bound to a name is a rank test when a
     rank shows at its surface (`is_master = rank == 0`), not when some call deep inside it
-    happens to take a rank-named argument (`overflow = math.isnan(norm_of(master_params))`)."""
+    happens to take a rank-named argument (`overflow = math.isnan(norm_of(master_params))`).
+    `skip`: parts left out with everything under them."""
     stack = [node]
     while stack:
         current = stack.pop()
+        if skip is not None and skip(current):
+            continue
         yield current
         if not into_calls and isinstance(current, cst.Call):
             callee = current.func.attr.value if isinstance(current.func, cst.Attribute) else getattr(current.func, "value", "")
