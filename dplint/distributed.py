@@ -405,6 +405,35 @@ def guard_tests(model: SemanticModel, node: cst.CSTNode) -> list[tuple[cst.BaseE
     return found
 
 
+def on_exclusive_branches(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether no run of their function reaches both nodes: they need one test (the same
+    code, `not`, `!=`, `is not`, `not in` read as the other answer) answered both ways
+    (`if args.local_rank == -1: device = cuda` / `else: init_process_group(...)`, or
+    `if local_rank != -1:` ... `if local_rank == -1:`)."""
+    if enclosing_function(model, first) is not enclosing_function(model, second):
+        return False
+    needed = dict(_canonical_test(model, test, truth) for test, truth in guard_tests(model, first))
+    return any(needed.get(text, truth) != truth for text, truth in (
+        _canonical_test(model, test, truth) for test, truth in guard_tests(model, second)))
+
+
+_OPPOSITES = {cst.NotEqual: "==", cst.IsNot: "is", cst.NotIn: "in"}
+
+
+def _canonical_test(model: SemanticModel, test: cst.BaseExpression, truth: bool) -> tuple[str, bool]:
+    """A test's code and the answer needed, negations folded in: `not x` is `x` answered the
+    other way, `a != b` is `a == b` answered the other way."""
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, truth = test.expression, not truth
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        opposite = _OPPOSITES.get(type(target.operator))
+        operator = opposite or model.code(target.operator).strip()
+        text = f"{model.code(test.left).strip()} {operator} {model.code(target.comparator).strip()}"
+        return text, truth if opposite is None else not truth
+    return model.code(test).strip(), truth
+
+
 # ------------------------------------------------------------------------ the main rank
 # Names that are true on the main process only (`is_master`, `is_main_process()`,
 # `trainer.is_global_zero`, `rank_zero`): checked before RANK_WORDS, which they overlap.

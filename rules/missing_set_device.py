@@ -6,7 +6,13 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.distributed import INIT_PROCESS_GROUP, called_functions, callers_of, is_group_of_one
+from dplint.distributed import (
+    INIT_PROCESS_GROUP,
+    called_functions,
+    callers_of,
+    is_group_of_one,
+    on_exclusive_branches,
+)
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value
 
@@ -32,6 +38,11 @@ class MissingSetDevice(Rule):
     starts several process groups (a training and a prediction worker, each an `mp.spawn`
     target), each is judged by the placements of its own process: the functions reached
     from its function's outermost callers in the file.
+
+    A placement that sits on the other branch of a test than the `init_process_group` (in the
+    same function: `if local_rank == -1: device = torch.device("cuda")` / `else: ...
+    init_process_group("nccl")`, or `if rank != -1:` ... `if rank == -1:`) belongs to the
+    one-process run and does not count.
 
     Silent when the backend is not known to be NCCL on any path (`args.dist_backend` without a
     default in the file, a value from a config file), when every
@@ -133,6 +144,9 @@ class MissingSetDevice(Rule):
             if argument(site.node, None, "device_id") is not None or is_group_of_one(site.node):
                 continue  # a device chosen by the group, or one process: nobody shares GPU 0
             mine = own[id(site.node)] if narrowed else placements
+            # `if local_rank == -1: device = torch.device("cuda")` / `else: ...
+            # init_process_group(...)`: that `cuda` is the one-process path's.
+            mine = [placement for placement in mine if not on_exclusive_branches(model, placement, site.node)]
             if not mine:
                 continue
             line = model.position(mine[0])[0].line
