@@ -33,7 +33,8 @@ class MissingSetDevice(Rule):
     the bare `cuda` device (`x.cuda()`,
     `x.to("cuda")`, `torch.device("cuda")`) and never selects a GPU per process:
     no `torch.cuda.set_device(...)` in the file or in the project functions it calls
-    (followed three calls deep, across files), no `device_id=` given to
+    (followed three calls deep, across files), none in the files of every caller of a
+    helper that starts the group for other files, no `device_id=` given to
     `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script. Where a file
     starts several process groups (a training and a prediction worker, each an `mp.spawn`
     target), each is judged by the placements of its own process: the functions reached
@@ -143,6 +144,8 @@ class MissingSetDevice(Rule):
         for site in inits:
             if argument(site.node, None, "device_id") is not None or is_group_of_one(site.node):
                 continue  # a device chosen by the group, or one process: nobody shares GPU 0
+            if _callers_select_a_device(model, site.node):
+                continue
             mine = own[id(site.node)] if narrowed else placements
             # `if local_rank == -1: device = torch.device("cuda")` / `else: ...
             # init_process_group(...)`: that `cuda` is the one-process path's.
@@ -239,6 +242,18 @@ def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Opt
         if callee is not None and callee.model is not model and _selects_a_device(callee.model, depth - 1, seen):
             return True
     return False
+
+
+def _callers_select_a_device(model: SemanticModel, init: cst.Call) -> bool:
+    """A helper that starts the group for other files (`distributed.multi_init(device_id, ...)`
+    called from each training script): the process is the caller's, and every caller's file
+    selects a GPU itself (`torch.cuda.set_device(device_id)` after the call)."""
+    function = _owner_def(model, init)
+    if function is None:
+        return False
+    sites = model.flow.all_call_sites(function)
+    return bool(sites) and all(
+        caller is not model and _selects_a_device(caller) for caller, _, _ in sites)
 
 
 def _bare_placements(model: SemanticModel) -> list[cst.Call]:

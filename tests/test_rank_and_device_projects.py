@@ -1,0 +1,54 @@
+"""Rank and device rules across the files of a project: DPL014 with the process group started
+by a helper of another file, DPL011's evidence of several processes, DPL009 through a class
+chosen in a branch and built in another file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import lint
+
+
+def check(cli, root: Path, files: dict[str, str], select: str) -> list[str]:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    result = cli("check", "--no-cache", "--select", select, "--output-format", "concise", ".", cwd=root)
+    return [line.split(" ")[0] + " " + line.split(" ")[1] for line in result.stdout.decode().splitlines() if ": DPL" in line]
+
+
+GROUP_HELPER = (
+    "import torch\n"
+    "import torch.distributed as dist\n"
+    "\n"
+    "def start_group(index, world, ranks):\n"
+    "    dist.init_process_group('nccl', init_method='tcp://localhost:23456', world_size=world, rank=ranks[index])\n"
+    "    return dist.get_rank()\n"
+    "\n"
+    "def gather_sizes(sizes):\n"
+    "    buffer = torch.zeros(len(sizes)).cuda()\n"
+    "    dist.all_reduce(buffer)\n"
+    "    return buffer\n"
+)
+WORKER = (
+    "import torch\n"
+    "import torch.multiprocessing as mp\n"
+    "from comms import start_group\n"
+    "\n"
+    "def worker(index, world, ranks):\n"
+    "    start_group(index, world, ranks)\n"
+    "    torch.cuda.set_device(index)\n"
+    "    net = torch.nn.Linear(3, 3).cuda()\n"
+    "\n"
+    "mp.spawn(worker, args=(2, [0, 1]), nprocs=2)\n"
+)
+
+
+def test_group_helper_whose_callers_select_the_device_is_clean(cli, tmp_path):
+    assert check(cli, tmp_path, {"comms.py": GROUP_HELPER, "train.py": WORKER}, "DPL014") == []
+
+
+def test_group_helper_with_a_caller_that_selects_no_device_is_flagged(cli, tmp_path):
+    files = {"comms.py": GROUP_HELPER, "train.py": WORKER.replace("    torch.cuda.set_device(index)\n", "")}
+    assert check(cli, tmp_path, files, "DPL014") == ["comms.py:5:5: DPL014"]
