@@ -4,13 +4,14 @@ runs on one rank only.
 A file runs on several ranks when it starts a process group (`init_process_group`,
 `deepspeed.init_distributed()`, `Accelerator()`, `hvd.init()`, or a helper named like
 `init_distributed_mode`), builds a `DistributedDataParallel` or a `DistributedSampler`, or
-reads the `LOCAL_RANK` a launcher passes. Code runs on one rank (or on a rank-dependent subset) when it sits
-under a *rank guard*: an `if` (or `x if ... else y`, or `... and x`) whose test involves a
-rank or a main-process helper (`rank == 0`, `dist.get_rank() == 0`,
-`args.local_rank in (-1, 0)`, `int(os.environ["RANK"]) == 0`, `is_main_process()`,
-`accelerator.is_main_process`, `trainer.is_global_zero`, `args.gpu == 0`), after an early exit
-such as `if not is_master: return`, in a function decorated `@rank_zero_only` / `@master_only`,
-or in a function defined in this file whose every call we can see is itself guarded.
+reads the `LOCAL_RANK` a launcher passes (a `--local_rank` option only when its value is
+used). Code runs on one rank (or on a rank-dependent subset) when it sits under a *rank
+guard*: an `if` (or `x if ... else y`, or `... and x`) whose test involves a rank or a
+main-process helper (`rank == 0`, `dist.get_rank() == 0`, `args.local_rank in (-1, 0)`,
+`int(os.environ["RANK"]) == 0`, `is_main_process()`, `accelerator.is_main_process`,
+`trainer.is_global_zero`, `args.gpu == 0`), after an early exit such as
+`if not is_master: return`, in a function decorated `@rank_zero_only` / `@master_only`, or in
+a function defined in this file whose every call we can see is itself guarded.
 
 "Involves a rank" is judged from the words the code uses, because rank-0 helpers live in
 other files: an identifier or string mentioning rank, master, main process, global zero,
@@ -96,7 +97,8 @@ def is_multi_process(model: SemanticModel) -> bool:
     """The file runs as one of several processes: it starts a process group (itself, through
     DeepSpeed, Accelerate or Horovod, or through a helper named like `init_distributed_mode`),
     builds a DistributedDataParallel or a DistributedSampler, or reads the `LOCAL_RANK` that a
-    launcher (torchrun, `torch.distributed.launch`, deepspeed) hands every process.
+    launcher (torchrun, `torch.distributed.launch`, deepspeed) hands every process (a
+    `--local_rank` option only when the script uses its value, not only declares or prints it).
     A file whose every process group is `init_process_group(..., world_size=1)` is one process
     (the old one-process DDP over several GPUs), unless a launcher's rank says otherwise."""
     if any(site.qualified_name in MULTI_PROCESS_CLASSES for site in model.calls):
@@ -126,10 +128,18 @@ def starts_process_group(model: SemanticModel, call: cst.Call) -> bool:
 
 
 def _reads_launcher_rank(model: SemanticModel) -> bool:
-    """`parser.add_argument("--local_rank", ...)`, `int(os.environ["LOCAL_RANK"])`,
-    `os.getenv("LOCAL_RANK")`, `torch.cuda.set_device(args.local_rank)`: the script is started once per GPU by a launcher. (Calls'
-    arguments only: a full walk of the file would cost every file with a `torch.save`.)"""
+    """`int(os.environ["LOCAL_RANK"])`, `os.getenv("LOCAL_RANK")`,
+    `torch.cuda.set_device(args.local_rank)`, or a `parser.add_argument("--local_rank", ...)`
+    whose value the script then uses (`if args.local_rank != -1:`, `cuda:{args.local_rank}`):
+    the script is started once per GPU by a launcher. An option declared and never read, or
+    read only to be printed, is a template's leftover, not a second process. (Calls'
+    arguments first: a full walk of the file would cost every file with a `torch.save`; the
+    walk is made only for a declared option.)"""
+    declared = False
     for site in model.calls:
+        callee = _callee_word(site.node)
+        if LOGGING_CALLS.match(callee):
+            continue
         for arg in site.node.args:
             value = arg.value
             if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
@@ -137,9 +147,31 @@ def _reads_launcher_rank(model: SemanticModel) -> bool:
             if isinstance(value, cst.SimpleString) and value.value.strip("'\"").lstrip("-").lower() in (
                 "local_rank", "local-rank"
             ):
-                return True
+                if callee != "add_argument":
+                    return True
+                declared = True
             if isinstance(value, cst.Attribute) and value.attr.value == "local_rank":
                 return True  # `torch.cuda.set_device(args.local_rank)`: parsed in another file
+    return declared and _uses_local_rank_option(model)
+
+
+# Calls that only show a value: a rank read there selects nothing.
+LOGGING_CALLS = re.compile(r"^(print|info|warning|warn|debug|error|critical|exception|log|format|write|set_description)$")
+
+
+def _callee_word(call: cst.Call) -> str:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
+def _uses_local_rank_option(model: SemanticModel) -> bool:
+    """`args.local_rank` read anywhere but in a call that only prints it."""
+    for node in model.nodes():
+        if isinstance(node, cst.Attribute) and node.attr.value == "local_rank" and not any(
+            isinstance(ancestor, cst.Call) and LOGGING_CALLS.match(_callee_word(ancestor))
+            for ancestor in model.ancestors(node)
+        ):
+            return True
     return False
 
 

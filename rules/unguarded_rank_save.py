@@ -30,7 +30,8 @@ class UnguardedRankSave(Rule):
     In a script that runs as several processes (it calls `dist.init_process_group`,
     `deepspeed.init_distributed()`, `Accelerator()`, `hvd.init()` or a helper named like
     `init_distributed_mode` / `init_dist` / `setup_ddp`, builds a `DistributedDataParallel` or
-    a `DistributedSampler`, or reads the `LOCAL_RANK` / `--local_rank` a launcher passes),
+    a `DistributedSampler`, or reads the `LOCAL_RANK` / `--local_rank` a launcher passes: an
+    option declared and never used, or only printed, a template's leftover, is no evidence),
     flags a `torch.save(...)` that every rank runs. Every rank runs module-level code, a
     function started by `mp.spawn`, a function that starts the process group itself (directly
     or through a helper of this file: an `mp.spawn` target whose spawn is elsewhere), and a
