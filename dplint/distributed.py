@@ -449,6 +449,37 @@ def on_exclusive_branches(model: SemanticModel, first: cst.CSTNode, second: cst.
         _canonical_test(model, test, truth) for test, truth in guard_tests(model, second)))
 
 
+def multi_process_switches(model: SemanticModel) -> set[tuple[str, bool]]:
+    """The tests (code, answer) that every sign of several processes in the file needs:
+    `if cfg.DIST_TRAIN:` around the only DistributedDataParallel, `if not args.distributed:
+    return` before the only `init_process_group`. The other answer is the file's one-process
+    path. Empty when some sign needs none of them, or the file reads a launcher's rank."""
+    signs = [site.node for site in model.calls
+             if site.qualified_name in MULTI_PROCESS_CLASSES or starts_process_group(model, site.node)]
+    signs += [wrapping.call for wrapping in model.wrappings if wrapping.kind == "DDP"]
+    if not signs or _reads_launcher_rank(model):
+        return set()
+    common: Optional[set] = None
+    for sign in signs:
+        needed = set(branch_tests(model, sign))
+        common = needed if common is None else common & needed
+    return common or set()
+
+
+def branch_tests(model: SemanticModel, node: cst.CSTNode) -> Iterator[tuple[str, bool]]:
+    """The tests a node needs in its function (see guard_tests) as (code, answer), negations
+    folded in and `a and b` needed true read as both needed true (`a or b` false: both false)."""
+    pending = list(guard_tests(model, node))
+    while pending:
+        test, truth = pending.pop()
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, truth = test.expression, not truth
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) == truth:
+            pending += [(test.left, truth), (test.right, truth)]
+            continue
+        yield _canonical_test(model, test, truth)
+
+
 _OPPOSITES = {cst.NotEqual: "==", cst.IsNot: "is", cst.NotIn: "in"}
 
 

@@ -13,6 +13,8 @@ from dplint.distributed import (
     enclosing_function,
     every_rank_reaches,
     is_multi_process,
+    multi_process_switches,
+    branch_tests,
     is_rank_guarded,
     mentions_rank,
     passed_for,
@@ -51,7 +53,11 @@ class UnguardedRankSave(Rule):
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`). A file whose every process
     group is `init_process_group(..., world_size=1)` (the old one-process DDP over all GPUs)
-    runs as one process: nothing to guard.
+    runs as one process: nothing to guard. Where every sign of several processes in the file
+    (its DistributedDataParallel, its process-group start, its DistributedSampler; no
+    launcher's rank read) needs one test (`if cfg.DIST_TRAIN:`, `if not args.distributed:
+    return`), a save on that test's other answer (`else: torch.save(...)`) is on the
+    one-process path: not flagged.
 
     When dplint checks a project, a plain function of another project file that this file
     calls on every rank (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)
@@ -199,9 +205,12 @@ class UnguardedRankSave(Rule):
         if not (saves or helpers) or not is_multi_process(model):
             return
         yield from _saves_in_project_helpers(model, helpers)
+        switches = multi_process_switches(model)
         for save in saves:
             if _target_is_per_rank(model, save):
                 continue
+            if any((test, not truth) in switches for test, truth in branch_tests(model, save)):
+                continue  # `if cfg.DIST_TRAIN: (DDP) ... else: torch.save(...)`: one process
             route = every_rank_reaches(model, save)
             if route is None:
                 continue
@@ -328,6 +337,9 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
             reached, guarded, decided = _reach(model, call, other, function, save)
             if not reached or guarded or _target_is_per_rank(other, save):
                 continue
+            switches = multi_process_switches(other)
+            if any((test, not truth) in switches for test, truth in branch_tests(other, save)):
+                continue  # the helper's file builds its DDP under a test this save is on the other side of
             if decided:  # the helper's own test would guard it: the call's arguments skip it
                 yield Violation(
                     node=call,
