@@ -734,6 +734,23 @@ def _graph(model: SemanticModel) -> _CallGraph:
     return graph
 
 
+def mentions_spawn_index(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """Whether `expr` reads the process index that `mp.spawn` passes first to the function
+    around `at` (`def main_worker(gpu, ...)`): a different value in each process of a machine."""
+    function = enclosing_function(model, at)
+    if not isinstance(function, cst.FunctionDef) or function not in _graph(model).spawned:
+        return False
+    positional = [*function.params.posonly_params, *function.params.params]
+    if not positional:
+        return False
+    index = positional[0].name.value
+    return any(
+        isinstance(node, cst.Name) and node.value == index and model.binding_at(index, node) is not None
+        and isinstance(model.binding_at(index, node).node, cst.Param)
+        for node in _subtree(expr)
+    )
+
+
 def called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], at: cst.CSTNode) -> list[cst.FunctionDef]:
     """The defs of this file a callee expression names: `f`, `self.f`, `obj.f` with `obj = C(...)`."""
     if isinstance(func, cst.Name):

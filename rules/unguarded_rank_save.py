@@ -17,6 +17,7 @@ from dplint.distributed import (
     branch_tests,
     is_rank_guarded,
     mentions_rank,
+    mentions_spawn_index,
     passed_for,
 )
 from dplint.rule import Example, Rule, Severity, Violation
@@ -48,7 +49,8 @@ class UnguardedRankSave(Rule):
     (`if not is_master: return`), in a function decorated `@rank_zero_only` / `@master_only`,
     or in a function whose calls in this file are all guarded. A machine's index
     (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
-    A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, or a name bound to one:
+    A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, the process index
+    `mp.spawn` passes its function first: `"final{}.pth".format(gpu)`, or a name bound to one:
     `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`) or to an in-memory
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`). A file whose every process
@@ -383,6 +385,8 @@ def _target_is_per_rank(model: SemanticModel, save: cst.Call) -> bool:
         return True
     if isinstance(target, cst.Name) and value is not None and mentions_rank(model, value):
         return True  # `mb_path = os.path.join(out, "mb" + str(args.rank) + ".pth")`: a file per rank
+    if any(mentions_spawn_index(model, expr, save) for expr in (target, value) if expr is not None):
+        return True  # `"final_state{}.pth".format(gpu)`, `gpu` the index mp.spawn passes
     key = model.binding_key(target, save)
     binding = model.binding_at(key, save) if key is not None else None
     if binding is None:
