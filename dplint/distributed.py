@@ -132,9 +132,16 @@ def _reads_launcher_rank(model: SemanticModel) -> bool:
     `torch.cuda.set_device(args.local_rank)`, or a `parser.add_argument("--local_rank", ...)`
     whose value the script then uses (`if args.local_rank != -1:`, `cuda:{args.local_rank}`):
     the script is started once per GPU by a launcher. An option declared and never read, or
-    read only to be printed, is a template's leftover, not a second process. (Calls'
-    arguments first: a full walk of the file would cost every file with a `torch.save`; the
-    walk is made only for a declared option.)"""
+    read only to be printed, is a template's leftover, not a second process."""
+    return bool(launcher_rank_reads(model, first=True))
+
+
+def launcher_rank_reads(model: SemanticModel, first: bool = False) -> list[cst.CSTNode]:
+    """Where the file reads a launcher's rank (see _reads_launcher_rank): the calls given it,
+    or the uses of a declared `--local_rank` option. With `first`, stop at the first one.
+    (Calls' arguments first: a full walk of the file would cost every file with a
+    `torch.save`; the walk is made only for a declared option.)"""
+    found: list[cst.CSTNode] = []
     declared = False
     for site in model.calls:
         callee = _callee_word(site.node)
@@ -147,12 +154,20 @@ def _reads_launcher_rank(model: SemanticModel) -> bool:
             if isinstance(value, cst.SimpleString) and value.value.strip("'\"").lstrip("-").lower() in (
                 "local_rank", "local-rank"
             ):
-                if callee != "add_argument":
-                    return True
-                declared = True
-            if isinstance(value, cst.Attribute) and value.attr.value == "local_rank":
-                return True  # `torch.cuda.set_device(args.local_rank)`: parsed in another file
-    return declared and _uses_local_rank_option(model)
+                if callee == "add_argument":
+                    declared = True
+                    continue
+                found.append(site.node)
+            elif isinstance(value, cst.Attribute) and value.attr.value == "local_rank":
+                found.append(site.node)  # `torch.cuda.set_device(args.local_rank)`: parsed in another file
+            else:
+                continue
+            if first:
+                return found
+            break
+    if declared and not found:
+        found = _local_rank_option_uses(model, first)
+    return found
 
 
 # Calls that only show a value: a rank read there selects nothing.
@@ -164,15 +179,18 @@ def _callee_word(call: cst.Call) -> str:
     return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
 
 
-def _uses_local_rank_option(model: SemanticModel) -> bool:
+def _local_rank_option_uses(model: SemanticModel, first: bool) -> list[cst.CSTNode]:
     """`args.local_rank` read anywhere but in a call that only prints it."""
+    found: list[cst.CSTNode] = []
     for node in model.nodes():
         if isinstance(node, cst.Attribute) and node.attr.value == "local_rank" and not any(
             isinstance(ancestor, cst.Call) and LOGGING_CALLS.match(_callee_word(ancestor))
             for ancestor in model.ancestors(node)
         ):
-            return True
-    return False
+            found.append(node)
+            if first:
+                break
+    return found
 
 
 # ------------------------------------------------------------------------ rank tests
@@ -453,12 +471,14 @@ def multi_process_switches(model: SemanticModel) -> set[tuple[str, bool]]:
     """The tests (code, answer) that every sign of several processes in the file needs:
     `if cfg.DIST_TRAIN:` around the only DistributedDataParallel, `if not args.distributed:
     return` before the only `init_process_group`. The other answer is the file's one-process
-    path. Empty when some sign needs none of them, or the file reads a launcher's rank."""
+    path (a launcher's rank read, `int(os.environ["LOCAL_RANK"])`, is a sign too). Empty when
+    some sign needs none of them."""
     signs = [site.node for site in model.calls
              if site.qualified_name in MULTI_PROCESS_CLASSES or starts_process_group(model, site.node)]
     signs += [wrapping.call for wrapping in model.wrappings if wrapping.kind == "DDP"]
-    if not signs or _reads_launcher_rank(model):
+    if not signs:
         return set()
+    signs += launcher_rank_reads(model)
     common: Optional[set] = None
     for sign in signs:
         needed = set(branch_tests(model, sign))

@@ -56,9 +56,10 @@ class UnguardedRankSave(Rule):
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`). A file whose every process
     group is `init_process_group(..., world_size=1)` (the old one-process DDP over all GPUs)
     runs as one process: nothing to guard. Where every sign of several processes in the file
-    (its DistributedDataParallel, its process-group start, its DistributedSampler; no
-    launcher's rank read) needs one test (`if cfg.DIST_TRAIN:`, `if not args.distributed:
-    return`), a save on that test's other answer (`else: torch.save(...)`) is on the
+    (its DistributedDataParallel, its process-group start, its DistributedSampler, its reads
+    of a launcher's rank) needs one test (`if cfg.DIST_TRAIN:`, `if not args.distributed:
+    return`), a save on that test's other answer
+    (`else: torch.save(...)`, or `else: trainer.save()` on the way to it) is on the
     one-process path: not flagged.
 
     When dplint checks a project, a plain function of another project file that this file
@@ -211,10 +212,8 @@ class UnguardedRankSave(Rule):
         for save in saves:
             if _target_is_per_rank(model, save):
                 continue
-            if any((test, not truth) in switches for test, truth in branch_tests(model, save)):
-                continue  # `if cfg.DIST_TRAIN: (DDP) ... else: torch.save(...)`: one process
             route = every_rank_reaches(model, save)
-            if route is None:
+            if route is None or _on_one_process_path(model, switches, (save, *route.calls)):
                 continue
             yield Violation(
                 node=save,
@@ -339,8 +338,7 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
             reached, guarded, decided = _reach(model, call, other, function, save)
             if not reached or guarded or _target_is_per_rank(other, save):
                 continue
-            switches = multi_process_switches(other)
-            if any((test, not truth) in switches for test, truth in branch_tests(other, save)):
+            if _on_one_process_path(other, multi_process_switches(other), (save,)):
                 continue  # the helper's file builds its DDP under a test this save is on the other side of
             if decided:  # the helper's own test would guard it: the call's arguments skip it
                 yield Violation(
@@ -363,6 +361,14 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
                     "rank (`if dist.get_rank() == 0:`, at the call or here) and `dist.barrier()` before others read it"
                 ),
             )
+
+
+def _on_one_process_path(model: SemanticModel, switches: set, nodes) -> bool:
+    """`if cfg.DIST_TRAIN: (DDP) ... else: torch.save(...)`, or `else: trainer.save()` on the
+    way to it: the save, or a call that brings every rank to it, needs the other answer of a
+    test that every sign of several processes in the file needs."""
+    return bool(switches) and any(
+        (test, not truth) in switches for node in nodes for test, truth in branch_tests(model, node))
 
 
 def _through(model: SemanticModel, route: Route) -> str:
