@@ -199,6 +199,12 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
     `followed`: `expr` is a value bound to a name the test reads, judged by its surface."""
     if expr is None:
         return False
+    while isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        expr = expr.expression
+    if isinstance(expr, cst.BooleanOperation):
+        return mentions_rank(model, expr.left, depth, followed) or mentions_rank(model, expr.right, depth, followed)
+    if _reads_environ(expr):
+        return False  # `if not os.environ.get("RANK"):`: whether the launcher set it, alike on every rank
     for node in _subtree(expr, into_calls=not followed, skip=_same_on_every_process):
         if isinstance(node, cst.Name) and is_rank_word(node.value):
             return True
