@@ -71,9 +71,8 @@ class CollectiveUnderRankGuard(Rule):
     (`local_rank != -1`, `rank >= 0`), its world size, whether the group is initialised,
     whether the launcher set its variables (`"RANK" in os.environ`,
     `os.environ.get("LOCAL_RANK") is None`, `not os.getenv("RANK")`: set for every process or
-    for none; the rank's
-    value, `os.environ.get("RANK") == "0"`, does count), a setting named after a set of ranks
-    (`if load_on_all_ranks:`, `num_ranks`), a machine's index compared with anything
+    for none; the rank's value, `os.environ.get("RANK") == "0"`, does count), a setting named
+    after a set of ranks (`if load_on_all_ranks:`, `num_ranks`), a machine's index compared with anything
     (`group_rank == g_rank`, `node_rank == 0`: every process of a machine passes it together);
     for early exits on anything that is not a rank (a local flag); for calls of other files.
 
