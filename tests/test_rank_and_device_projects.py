@@ -52,3 +52,21 @@ def test_group_helper_whose_callers_select_the_device_is_clean(cli, tmp_path):
 def test_group_helper_with_a_caller_that_selects_no_device_is_flagged(cli, tmp_path):
     files = {"comms.py": GROUP_HELPER, "train.py": WORKER.replace("    torch.cuda.set_device(index)\n", "")}
     assert check(cli, tmp_path, files, "DPL014") == ["comms.py:5:5: DPL014"]
+
+
+def dpl011_lines(code: str) -> list[int]:
+    return [f.location.row for f in lint(code, select=["DPL011"])]
+
+
+SAVE = "torch.save(net.state_dict(), 'net.pt')\n"
+
+
+def test_local_rank_option_declared_only_is_no_evidence_of_several_processes():
+    declared = "import torch\nparser.add_argument('--local_rank', type=int, default=-1)\nargs = parser.parse_args()\n"
+    assert dpl011_lines(declared + SAVE) == []
+    assert dpl011_lines(declared + "logger.info('rank %s', args.local_rank)\n" + SAVE) == []
+    assert dpl011_lines(declared + "print('rank {}'.format(args.local_rank))\n" + SAVE) == []
+    used = declared + "device = torch.device('cuda', args.local_rank)\n" + SAVE
+    assert dpl011_lines(used) == [5]
+    tested = declared + "if args.local_rank != -1:\n    torch.cuda.set_device(0)\n" + SAVE
+    assert dpl011_lines(tested) == [6]
