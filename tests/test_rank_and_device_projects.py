@@ -70,3 +70,46 @@ def test_local_rank_option_declared_only_is_no_evidence_of_several_processes():
     assert dpl011_lines(used) == [5]
     tested = declared + "if args.local_rank != -1:\n    torch.cuda.set_device(0)\n" + SAVE
     assert dpl011_lines(tested) == [6]
+
+
+GPU_UTILS = (
+    "import os\n"
+    "\n"
+    "\n"
+    "def use_gpus(ids):\n"
+    "    os.environ['CUDA_VISIBLE_DEVICES'] = ids\n"
+    "\n"
+    "\n"
+    "def setup(opts):\n"
+    "    use_gpus(opts.gpus)\n"
+)
+TRAIN_AFTER_INIT = (
+    "import torch\n"
+    "from gpu_utils import use_gpus\n"
+    "\n"
+    "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+    "use_gpus('1')\n"
+)
+
+
+def test_visible_devices_written_by_another_files_helper_after_cuda_started(cli, tmp_path):
+    found = check(cli, tmp_path, {"gpu_utils.py": GPU_UTILS, "train.py": TRAIN_AFTER_INIT}, "DPL009")
+    assert found == ["gpu_utils.py:5:5: DPL009"]
+    result = cli("check", "--no-cache", "--select", "DPL009", ".", cwd=tmp_path)
+    assert "(in train.py:4, before that file calls `use_gpus()`, defined on line 4) initialised CUDA" in result.stdout.decode()
+
+
+def test_visible_devices_helper_reached_through_a_function_of_its_file(cli, tmp_path):
+    train = TRAIN_AFTER_INIT.replace("use_gpus", "setup").replace("setup('1')", "setup(opts)")
+    assert check(cli, tmp_path, {"gpu_utils.py": GPU_UTILS, "train.py": train}, "DPL009") == ["gpu_utils.py:5:5: DPL009"]
+
+
+def test_visible_devices_helper_called_before_cuda_starts_is_clean(cli, tmp_path):
+    train = (
+        "import torch\n"
+        "from gpu_utils import use_gpus\n"
+        "\n"
+        "use_gpus('1')\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+    )
+    assert check(cli, tmp_path, {"gpu_utils.py": GPU_UTILS, "train.py": train}, "DPL009") == []
