@@ -421,6 +421,51 @@ def _timeline_of(model: SemanticModel) -> "CudaTimeline":
     return timeline
 
 
+_WALKED: "weakref.WeakKeyDictionary[SemanticModel, CudaTimeline]" = weakref.WeakKeyDictionary()
+CALLER_DEPTH = 3  # `use_gpus()` -> `setup()` of this file -> the other file's call
+
+
+def walked_timeline(model: SemanticModel) -> "CudaTimeline":
+    """A file's timeline with its run order walked (states before every statement)."""
+    timeline = _WALKED.get(model)
+    if timeline is None:
+        timeline = _WALKED[model] = CudaTimeline(model)
+    return timeline
+
+
+def events_before_callers(model: SemanticModel, node: cst.CSTNode) -> list[CudaEvent]:
+    """What other files of the project certainly did before they call the function around
+    `node` (or a function of this file that calls it, up to CALLER_DEPTH calls up): for
+    `def use_gpus(ids): os.environ["CUDA_VISIBLE_DEVICES"] = ids` called by train.py after
+    `torch.cuda.is_available()`, that call. Each event points at the called function's `def`
+    (this file's node) and names the caller's file and line in `via`."""
+    function = next((a for a in model.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+    found: list[CudaEvent] = []
+    frontier, seen = [function] if function is not None else [], set()
+    for _ in range(CALLER_DEPTH):
+        upper = []
+        for function in frontier:
+            if function in seen:
+                continue
+            seen.add(function)
+            for caller, call, _bound in model.flow.all_call_sites(function) or ():
+                if caller is model:
+                    outer = next((a for a in model.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+                    if outer is not None:
+                        upper.append(outer)
+                    continue
+                for state in walked_timeline(caller).states(caller.statement_of(call)):
+                    for event in state:
+                        if event.kind == IMPORT:
+                            continue
+                        where = f"{_shown_path(caller.path)}:{caller.position(event.node)[0].line}"
+                        found.append(replace(
+                            event, node=function,
+                            via=f"in {where}, before that file calls `{function.name.value}()`, defined on "))
+        frontier = upper
+    return found
+
+
 def _body(suite: cst.BaseSuite) -> Sequence[cst.CSTNode]:
     return suite.body if isinstance(suite, cst.IndentedBlock) else (cst.SimpleStatementLine(body=suite.body),)
 

@@ -4,13 +4,14 @@ runs on one rank only.
 A file runs on several ranks when it starts a process group (`init_process_group`,
 `deepspeed.init_distributed()`, `Accelerator()`, `hvd.init()`, or a helper named like
 `init_distributed_mode`), builds a `DistributedDataParallel` or a `DistributedSampler`, or
-reads the `LOCAL_RANK` a launcher passes. Code runs on one rank (or on a rank-dependent subset) when it sits
-under a *rank guard*: an `if` (or `x if ... else y`, or `... and x`) whose test involves a
-rank or a main-process helper (`rank == 0`, `dist.get_rank() == 0`,
-`args.local_rank in (-1, 0)`, `int(os.environ["RANK"]) == 0`, `is_main_process()`,
-`accelerator.is_main_process`, `trainer.is_global_zero`, `args.gpu == 0`), after an early exit
-such as `if not is_master: return`, in a function decorated `@rank_zero_only` / `@master_only`,
-or in a function defined in this file whose every call we can see is itself guarded.
+reads the `LOCAL_RANK` a launcher passes (a `--local_rank` option only when its value is
+used). Code runs on one rank (or on a rank-dependent subset) when it sits under a *rank
+guard*: an `if` (or `x if ... else y`, or `... and x`) whose test involves a rank or a
+main-process helper (`rank == 0`, `dist.get_rank() == 0`, `args.local_rank in (-1, 0)`,
+`int(os.environ["RANK"]) == 0`, `is_main_process()`, `accelerator.is_main_process`,
+`trainer.is_global_zero`, `args.gpu == 0`), after an early exit such as
+`if not is_master: return`, in a function decorated `@rank_zero_only` / `@master_only`, or in
+a function defined in this file whose every call we can see is itself guarded.
 
 "Involves a rank" is judged from the words the code uses, because rank-0 helpers live in
 other files: an identifier or string mentioning rank, master, main process, global zero,
@@ -73,6 +74,9 @@ RANK_WORDS = re.compile(
 # The index of a machine, not of a process: `node_rank == 0` (or `args.nr == 0`) is true for
 # every process of the first machine, so it guards nothing on one machine.
 NODE_WORDS = re.compile(r"node_?rank|machine_?rank|group_?rank|node_?id|^nr$|^node$", re.IGNORECASE)
+# Ranks in the plural name a set of ranks, the same in every process: `load_on_all_ranks`,
+# `num_ranks`, `ranks_per_node`.
+PLURAL_RANKS = re.compile(r"ranks", re.IGNORECASE)
 # "master" in names that are not the main process: the rendezvous address every rank reads
 # (`MASTER_ADDR`, `MASTER_PORT`), apex's fp32 copy of the weights (`amp.master_params()`).
 NOT_RANK_WORDS = re.compile(r"master_?(addr|port|params?|weights?|grads?)", re.IGNORECASE)
@@ -93,7 +97,8 @@ def is_multi_process(model: SemanticModel) -> bool:
     """The file runs as one of several processes: it starts a process group (itself, through
     DeepSpeed, Accelerate or Horovod, or through a helper named like `init_distributed_mode`),
     builds a DistributedDataParallel or a DistributedSampler, or reads the `LOCAL_RANK` that a
-    launcher (torchrun, `torch.distributed.launch`, deepspeed) hands every process.
+    launcher (torchrun, `torch.distributed.launch`, deepspeed) hands every process (a
+    `--local_rank` option only when the script uses its value, not only declares or prints it).
     A file whose every process group is `init_process_group(..., world_size=1)` is one process
     (the old one-process DDP over several GPUs), unless a launcher's rank says otherwise."""
     if any(site.qualified_name in MULTI_PROCESS_CLASSES for site in model.calls):
@@ -123,10 +128,25 @@ def starts_process_group(model: SemanticModel, call: cst.Call) -> bool:
 
 
 def _reads_launcher_rank(model: SemanticModel) -> bool:
-    """`parser.add_argument("--local_rank", ...)`, `int(os.environ["LOCAL_RANK"])`,
-    `os.getenv("LOCAL_RANK")`, `torch.cuda.set_device(args.local_rank)`: the script is started once per GPU by a launcher. (Calls'
-    arguments only: a full walk of the file would cost every file with a `torch.save`.)"""
+    """`int(os.environ["LOCAL_RANK"])`, `os.getenv("LOCAL_RANK")`,
+    `torch.cuda.set_device(args.local_rank)`, or a `parser.add_argument("--local_rank", ...)`
+    whose value the script then uses (`if args.local_rank != -1:`, `cuda:{args.local_rank}`):
+    the script is started once per GPU by a launcher. An option declared and never read, or
+    read only to be printed, is a template's leftover, not a second process."""
+    return bool(launcher_rank_reads(model, first=True))
+
+
+def launcher_rank_reads(model: SemanticModel, first: bool = False) -> list[cst.CSTNode]:
+    """Where the file reads a launcher's rank (see _reads_launcher_rank): the calls given it,
+    or the uses of a declared `--local_rank` option. With `first`, stop at the first one.
+    (Calls' arguments first: a full walk of the file would cost every file with a
+    `torch.save`; the walk is made only for a declared option.)"""
+    found: list[cst.CSTNode] = []
+    declared = False
     for site in model.calls:
+        callee = _callee_word(site.node)
+        if LOGGING_CALLS.match(callee):
+            continue
         for arg in site.node.args:
             value = arg.value
             if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
@@ -134,10 +154,43 @@ def _reads_launcher_rank(model: SemanticModel) -> bool:
             if isinstance(value, cst.SimpleString) and value.value.strip("'\"").lstrip("-").lower() in (
                 "local_rank", "local-rank"
             ):
-                return True
-            if isinstance(value, cst.Attribute) and value.attr.value == "local_rank":
-                return True  # `torch.cuda.set_device(args.local_rank)`: parsed in another file
-    return False
+                if callee == "add_argument":
+                    declared = True
+                    continue
+                found.append(site.node)
+            elif isinstance(value, cst.Attribute) and value.attr.value == "local_rank":
+                found.append(site.node)  # `torch.cuda.set_device(args.local_rank)`: parsed in another file
+            else:
+                continue
+            if first:
+                return found
+            break
+    if declared and not found:
+        found = _local_rank_option_uses(model, first)
+    return found
+
+
+# Calls that only show a value: a rank read there selects nothing.
+LOGGING_CALLS = re.compile(r"^(print|info|warning|warn|debug|error|critical|exception|log|format|write|set_description)$")
+
+
+def _callee_word(call: cst.Call) -> str:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
+def _local_rank_option_uses(model: SemanticModel, first: bool) -> list[cst.CSTNode]:
+    """`args.local_rank` read anywhere but in a call that only prints it."""
+    found: list[cst.CSTNode] = []
+    for node in model.nodes():
+        if isinstance(node, cst.Attribute) and node.attr.value == "local_rank" and not any(
+            isinstance(ancestor, cst.Call) and LOGGING_CALLS.match(_callee_word(ancestor))
+            for ancestor in model.ancestors(node)
+        ):
+            found.append(node)
+            if first:
+                break
+    return found
 
 
 # ------------------------------------------------------------------------ rank tests
@@ -146,7 +199,13 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
     `followed`: `expr` is a value bound to a name the test reads, judged by its surface."""
     if expr is None:
         return False
-    for node in _subtree(expr, into_calls=not followed):
+    while isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        expr = expr.expression
+    if isinstance(expr, cst.BooleanOperation):
+        return mentions_rank(model, expr.left, depth, followed) or mentions_rank(model, expr.right, depth, followed)
+    if _reads_environ(expr):
+        return False  # `if not os.environ.get("RANK"):`: whether the launcher set it, alike on every rank
+    for node in _subtree(expr, into_calls=not followed, skip=_same_on_every_process):
         if isinstance(node, cst.Name) and is_rank_word(node.value):
             return True
         if isinstance(node, cst.Attribute) and is_rank_word(node.attr.value):
@@ -171,8 +230,62 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
 
 
 def is_rank_word(text: str) -> bool:
-    """An identifier or string naming a process rank or the main process, not a machine's index."""
+    """An identifier or string naming a process rank or the main process, not a machine's index
+    nor a set of ranks (`load_on_all_ranks`, `num_ranks`: a setting every process shares)."""
+    text = PLURAL_RANKS.sub("", text)
     return RANK_WORDS.search(text) is not None and NODE_WORDS.search(text) is None and NOT_RANK_WORDS.search(text) is None
+
+
+def _same_on_every_process(node: cst.CSTNode) -> bool:
+    """A comparison every process of a machine answers alike, whatever rank words it uses:
+    whether the launcher set a variable (`"RANK" in os.environ`, `os.environ.get("LOCAL_RANK")
+    is None`: the launcher sets it for every process or for none), or a test of the machine's
+    index (`group_rank == g_rank` with `group_rank` read from `GROUP_RANK`, a loop counter on
+    the other side: each machine's processes all pass it together)."""
+    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+        return False
+    operator, right = node.comparisons[0].operator, node.comparisons[0].comparator
+    if isinstance(operator, (cst.In, cst.NotIn)):
+        return _is_environ(right)
+    if isinstance(operator, (cst.Is, cst.IsNot)) and isinstance(right, cst.Name) and right.value == "None":
+        return _reads_environ(node.left)
+    if isinstance(operator, (cst.Equal, cst.NotEqual)):
+        return any(_is_machine_index(side) for side in (node.left, right))
+    return False
+
+
+def _is_environ(expr: cst.BaseExpression) -> bool:
+    """`os.environ` (or `environ` imported from os)."""
+    name = dotted_name(expr)
+    return name is not None and name.rpartition(".")[2] == "environ"
+
+
+def _reads_environ(expr: cst.BaseExpression) -> bool:
+    """`os.environ.get("X")` or `os.getenv("X")`, without a default: None when unset."""
+    if not isinstance(expr, cst.Call) or len(expr.args) != 1:
+        return False
+    func = expr.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "get":
+        return _is_environ(func.value)
+    return (dotted_name(func) or "").rpartition(".")[2] == "getenv"
+
+
+def _is_machine_index(expr: cst.BaseExpression) -> bool:
+    """`node_rank`, `args.group_rank`, `int(os.environ["GROUP_RANK"])`, `os.getenv("NODE_RANK")`."""
+    if isinstance(expr, cst.Call) and expr.args:
+        callee = dotted_name(expr.func) or ""
+        if callee in ("int", "os.getenv", "getenv", "os.environ.get", "environ.get"):
+            return _is_machine_index(expr.args[0].value)
+        return False
+    if isinstance(expr, cst.Subscript) and _is_environ(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        return _is_machine_index(expr.slice[0].slice.value)
+    if isinstance(expr, cst.SimpleString):
+        text = expr.value.strip("'\"")
+    elif isinstance(expr, (cst.Name, cst.Attribute)):
+        text = _last_identifier(expr)
+    else:
+        return False
+    return NODE_WORDS.search(text) is not None
 
 
 def _assigned_values(model: SemanticModel, name: cst.Name) -> list[cst.BaseExpression]:
@@ -237,14 +350,17 @@ def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: i
 _CONVERSIONS = {"int", "str", "bool", "float", "getenv", "get"}
 
 
-def _subtree(node: cst.CSTNode, into_calls: bool = True) -> Iterator[cst.CSTNode]:
+def _subtree(node: cst.CSTNode, into_calls: bool = True, skip=None) -> Iterator[cst.CSTNode]:
     """The nodes of a tree; with `into_calls=False` the arguments of a call are left out
     (but for conversions such as `int(...)`): a value bound to a name is a rank test when a
     rank shows at its surface (`is_master = rank == 0`), not when some call deep inside it
-    happens to take a rank-named argument (`overflow = math.isnan(norm_of(master_params))`)."""
+    happens to take a rank-named argument (`overflow = math.isnan(norm_of(master_params))`).
+    `skip`: parts left out with everything under them."""
     stack = [node]
     while stack:
         current = stack.pop()
+        if skip is not None and skip(current):
+            continue
         yield current
         if not into_calls and isinstance(current, cst.Call):
             callee = current.func.attr.value if isinstance(current.func, cst.Attribute) else getattr(current.func, "value", "")
@@ -343,6 +459,68 @@ def guard_tests(model: SemanticModel, node: cst.CSTNode) -> list[tuple[cst.BaseE
                         found.append((sibling.test, True))
         child = ancestor
     return found
+
+
+def on_exclusive_branches(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether no run of their function reaches both nodes: they need one test (the same
+    code, `not`, `!=`, `is not`, `not in` read as the other answer) answered both ways
+    (`if args.local_rank == -1: device = cuda` / `else: init_process_group(...)`, or
+    `if local_rank != -1:` ... `if local_rank == -1:`)."""
+    if enclosing_function(model, first) is not enclosing_function(model, second):
+        return False
+    needed = dict(_canonical_test(model, test, truth) for test, truth in guard_tests(model, first))
+    return any(needed.get(text, truth) != truth for text, truth in (
+        _canonical_test(model, test, truth) for test, truth in guard_tests(model, second)))
+
+
+def multi_process_switches(model: SemanticModel) -> set[tuple[str, bool]]:
+    """The tests (code, answer) that every sign of several processes in the file needs:
+    `if cfg.DIST_TRAIN:` around the only DistributedDataParallel, `if not args.distributed:
+    return` before the only `init_process_group`. The other answer is the file's one-process
+    path (a launcher's rank read, `int(os.environ["LOCAL_RANK"])`, is a sign too). Empty when
+    some sign needs none of them."""
+    signs = [site.node for site in model.calls
+             if site.qualified_name in MULTI_PROCESS_CLASSES or starts_process_group(model, site.node)]
+    signs += [wrapping.call for wrapping in model.wrappings if wrapping.kind == "DDP"]
+    if not signs:
+        return set()
+    signs += launcher_rank_reads(model)
+    common: Optional[set] = None
+    for sign in signs:
+        needed = set(branch_tests(model, sign))
+        common = needed if common is None else common & needed
+    return common or set()
+
+
+def branch_tests(model: SemanticModel, node: cst.CSTNode) -> Iterator[tuple[str, bool]]:
+    """The tests a node needs in its function (see guard_tests) as (code, answer), negations
+    folded in and `a and b` needed true read as both needed true (`a or b` false: both false)."""
+    pending = list(guard_tests(model, node))
+    while pending:
+        test, truth = pending.pop()
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, truth = test.expression, not truth
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) == truth:
+            pending += [(test.left, truth), (test.right, truth)]
+            continue
+        yield _canonical_test(model, test, truth)
+
+
+_OPPOSITES = {cst.NotEqual: "==", cst.IsNot: "is", cst.NotIn: "in"}
+
+
+def _canonical_test(model: SemanticModel, test: cst.BaseExpression, truth: bool) -> tuple[str, bool]:
+    """A test's code and the answer needed, negations folded in: `not x` is `x` answered the
+    other way, `a != b` is `a == b` answered the other way."""
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, truth = test.expression, not truth
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        opposite = _OPPOSITES.get(type(target.operator))
+        operator = opposite or model.code(target.operator).strip()
+        text = f"{model.code(test.left).strip()} {operator} {model.code(target.comparator).strip()}"
+        return text, truth if opposite is None else not truth
+    return model.code(test).strip(), truth
 
 
 # ------------------------------------------------------------------------ the main rank
@@ -580,6 +758,23 @@ def _graph(model: SemanticModel) -> _CallGraph:
                     pending.append(caller)
         _GRAPHS[model] = graph
     return graph
+
+
+def mentions_spawn_index(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """Whether `expr` reads the process index that `mp.spawn` passes first to the function
+    around `at` (`def main_worker(gpu, ...)`): a different value in each process of a machine."""
+    function = enclosing_function(model, at)
+    if not isinstance(function, cst.FunctionDef) or function not in _graph(model).spawned:
+        return False
+    positional = [*function.params.posonly_params, *function.params.params]
+    if not positional:
+        return False
+    index = positional[0].name.value
+    return any(
+        isinstance(node, cst.Name) and node.value == index and model.binding_at(index, node) is not None
+        and isinstance(model.binding_at(index, node).node, cst.Param)
+        for node in _subtree(expr)
+    )
 
 
 def called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], at: cst.CSTNode) -> list[cst.FunctionDef]:

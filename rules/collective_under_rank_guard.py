@@ -68,8 +68,13 @@ class CollectiveUnderRankGuard(Rule):
     either way. A call made once per branch of a rank guard counts as made on every rank.
 
     Silent under tests every rank answers alike: whether the job is distributed
-    (`local_rank != -1`, `rank >= 0`), its world size, whether the group is initialised; for early exits
-    on anything that is not a rank (a local flag); for calls of other files.
+    (`local_rank != -1`, `rank >= 0`), its world size, whether the group is initialised,
+    whether the launcher set its variables (`"RANK" in os.environ`,
+    `os.environ.get("LOCAL_RANK") is None`, `not os.getenv("RANK")`: set for every process or
+    for none; the rank's value, `os.environ.get("RANK") == "0"`, does count), a setting named
+    after a set of ranks (`if load_on_all_ranks:`, `num_ranks`), a machine's index compared with anything
+    (`group_rank == g_rank`, `node_rank == 0`: every process of a machine passes it together);
+    for early exits on anything that is not a rank (a local flag); for calls of other files.
 
     A `backward()` of a loss computed from a DistributedDataParallel's forward (the model is a
     DDP on every path) is a collective too: DDP's backward all-reduces the gradients with every

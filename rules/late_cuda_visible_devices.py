@@ -14,6 +14,7 @@ from dplint.cuda import (
     CudaTimeline,
     VisibleDevicesWrite,
     conditional_process_start_after,
+    events_before_callers,
     is_torch_import,
     starts_process_after,
     visible_devices_writes,
@@ -53,8 +54,11 @@ class LateCudaVisibleDevices(Rule):
     class's `__init__`, and, through the project, a function or class of another file (what
     it does before it returns, reported at the call) -- and each function body from its
     start, after what ran before its `def`. A decorated or async function's body is not
-    followed (a decorator may skip it), nor a write whose function is only called from
-    other files. `torch.device("cuda:1")`, `torch.manual_seed` and
+    followed (a decorator may skip it). A write in a function that other files of the project
+    call (`def use_gpus(ids):` in utils.py, or a function of utils.py that calls it, up to
+    three calls up) is judged also by what each calling file certainly did before its call
+    (`use_gpus(args.gpus)` in train.py after `torch.cuda.is_available()`); a call through a
+    base class or a name the caller rebinds is not seen. `torch.device("cuda:1")`, `torch.manual_seed` and
     `torch.cuda.manual_seed_all` do not initialise CUDA and are not counted, nor is a call
     on the right of `and`/`or` or in a lambda or comprehension. A write followed, in the same function and on
     every path, by a call that starts a process (`subprocess.*`, `os.system`,
@@ -250,8 +254,11 @@ class LateCudaVisibleDevices(Rule):
         # What the write's own statement computes first: `... = str(torch.cuda.device_count())`.
         inputs = timeline.events_in(next(a for a in model.ancestors(write.node) if isinstance(a, cst.BaseSmallStatement)))
         found = None
-        for state in timeline.states(model.statement_of(write.node)):
-            for event in state + inputs:
+        # Other files that call the write's function (or a function of this file that does)
+        # after they initialised CUDA.
+        callers = tuple(events_before_callers(model, write.node))
+        for state in timeline.states(model.statement_of(write.node)) or [()]:
+            for event in state + inputs + callers:
                 if found is None or RANK[event.kind, event.certain] > RANK[found.kind, found.certain]:
                     found = event
         return found

@@ -6,7 +6,13 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from dplint.distributed import INIT_PROCESS_GROUP, called_functions, callers_of, is_group_of_one
+from dplint.distributed import (
+    INIT_PROCESS_GROUP,
+    called_functions,
+    callers_of,
+    is_group_of_one,
+    on_exclusive_branches,
+)
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value
 
@@ -27,11 +33,17 @@ class MissingSetDevice(Rule):
     the bare `cuda` device (`x.cuda()`,
     `x.to("cuda")`, `torch.device("cuda")`) and never selects a GPU per process:
     no `torch.cuda.set_device(...)` in the file or in the project functions it calls
-    (followed three calls deep, across files), no `device_id=` given to
+    (followed three calls deep, across files), none in the files of every caller of a
+    helper that starts the group for other files, no `device_id=` given to
     `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script. Where a file
     starts several process groups (a training and a prediction worker, each an `mp.spawn`
     target), each is judged by the placements of its own process: the functions reached
     from its function's outermost callers in the file.
+
+    A placement that sits on the other branch of a test than the `init_process_group` (in the
+    same function: `if local_rank == -1: device = torch.device("cuda")` / `else: ...
+    init_process_group("nccl")`, or `if rank != -1:` ... `if rank == -1:`) belongs to the
+    one-process run and does not count.
 
     Silent when the backend is not known to be NCCL on any path (`args.dist_backend` without a
     default in the file, a value from a config file), when every
@@ -132,7 +144,12 @@ class MissingSetDevice(Rule):
         for site in inits:
             if argument(site.node, None, "device_id") is not None or is_group_of_one(site.node):
                 continue  # a device chosen by the group, or one process: nobody shares GPU 0
+            if _callers_select_a_device(model, site.node):
+                continue
             mine = own[id(site.node)] if narrowed else placements
+            # `if local_rank == -1: device = torch.device("cuda")` / `else: ...
+            # init_process_group(...)`: that `cuda` is the one-process path's.
+            mine = [placement for placement in mine if not on_exclusive_branches(model, placement, site.node)]
             if not mine:
                 continue
             line = model.position(mine[0])[0].line
@@ -225,6 +242,18 @@ def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Opt
         if callee is not None and callee.model is not model and _selects_a_device(callee.model, depth - 1, seen):
             return True
     return False
+
+
+def _callers_select_a_device(model: SemanticModel, init: cst.Call) -> bool:
+    """A helper that starts the group for other files (`distributed.multi_init(device_id, ...)`
+    called from each training script): the process is the caller's, and every caller's file
+    selects a GPU itself (`torch.cuda.set_device(device_id)` after the call)."""
+    function = _owner_def(model, init)
+    if function is None:
+        return False
+    sites = model.flow.all_call_sites(function)
+    return bool(sites) and all(
+        caller is not model and _selects_a_device(caller) for caller, _, _ in sites)
 
 
 def _bare_placements(model: SemanticModel) -> list[cst.Call]:

@@ -13,8 +13,11 @@ from dplint.distributed import (
     enclosing_function,
     every_rank_reaches,
     is_multi_process,
+    multi_process_switches,
+    branch_tests,
     is_rank_guarded,
     mentions_rank,
+    mentions_spawn_index,
     passed_for,
 )
 from dplint.rule import Example, Rule, Severity, Violation
@@ -30,7 +33,8 @@ class UnguardedRankSave(Rule):
     In a script that runs as several processes (it calls `dist.init_process_group`,
     `deepspeed.init_distributed()`, `Accelerator()`, `hvd.init()` or a helper named like
     `init_distributed_mode` / `init_dist` / `setup_ddp`, builds a `DistributedDataParallel` or
-    a `DistributedSampler`, or reads the `LOCAL_RANK` / `--local_rank` a launcher passes),
+    a `DistributedSampler`, or reads the `LOCAL_RANK` / `--local_rank` a launcher passes: an
+    option declared and never used, or only printed, a template's leftover, is no evidence),
     flags a `torch.save(...)` that every rank runs. Every rank runs module-level code, a
     function started by `mp.spawn`, a function that starts the process group itself (directly
     or through a helper of this file: an `mp.spawn` target whose spawn is elsewhere), and a
@@ -45,12 +49,18 @@ class UnguardedRankSave(Rule):
     (`if not is_master: return`), in a function decorated `@rank_zero_only` / `@master_only`,
     or in a function whose calls in this file are all guarded. A machine's index
     (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
-    A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, or a name bound to one:
+    A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, the process index
+    `mp.spawn` passes its function first: `"final{}.pth".format(gpu)`, or a name bound to one:
     `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`) or to an in-memory
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`). A file whose every process
     group is `init_process_group(..., world_size=1)` (the old one-process DDP over all GPUs)
-    runs as one process: nothing to guard.
+    runs as one process: nothing to guard. Where every sign of several processes in the file
+    (its DistributedDataParallel, its process-group start, its DistributedSampler, its reads
+    of a launcher's rank) needs one test (`if cfg.DIST_TRAIN:`, `if not args.distributed:
+    return`), a save on that test's other answer
+    (`else: torch.save(...)`, or `else: trainer.save()` on the way to it) is on the
+    one-process path: not flagged.
 
     When dplint checks a project, a plain function of another project file that this file
     calls on every rank (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)
@@ -198,11 +208,12 @@ class UnguardedRankSave(Rule):
         if not (saves or helpers) or not is_multi_process(model):
             return
         yield from _saves_in_project_helpers(model, helpers)
+        switches = multi_process_switches(model)
         for save in saves:
             if _target_is_per_rank(model, save):
                 continue
             route = every_rank_reaches(model, save)
-            if route is None:
+            if route is None or _on_one_process_path(model, switches, (save, *route.calls)):
                 continue
             yield Violation(
                 node=save,
@@ -327,6 +338,8 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
             reached, guarded, decided = _reach(model, call, other, function, save)
             if not reached or guarded or _target_is_per_rank(other, save):
                 continue
+            if _on_one_process_path(other, multi_process_switches(other), (save,)):
+                continue  # the helper's file builds its DDP under a test this save is on the other side of
             if decided:  # the helper's own test would guard it: the call's arguments skip it
                 yield Violation(
                     node=call,
@@ -350,6 +363,14 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
             )
 
 
+def _on_one_process_path(model: SemanticModel, switches: set, nodes) -> bool:
+    """`if cfg.DIST_TRAIN: (DDP) ... else: torch.save(...)`, or `else: trainer.save()` on the
+    way to it: the save, or a call that brings every rank to it, needs the other answer of a
+    test that every sign of several processes in the file needs."""
+    return bool(switches) and any(
+        (test, not truth) in switches for node in nodes for test, truth in branch_tests(model, node))
+
+
 def _through(model: SemanticModel, route: Route) -> str:
     # Name the call that brings every rank here, unless it is the script's entry point
     # (`main()` under `if __name__ == "__main__":`), which says nothing new.
@@ -370,6 +391,8 @@ def _target_is_per_rank(model: SemanticModel, save: cst.Call) -> bool:
         return True
     if isinstance(target, cst.Name) and value is not None and mentions_rank(model, value):
         return True  # `mb_path = os.path.join(out, "mb" + str(args.rank) + ".pth")`: a file per rank
+    if any(mentions_spawn_index(model, expr, save) for expr in (target, value) if expr is not None):
+        return True  # `"final_state{}.pth".format(gpu)`, `gpu` the index mp.spawn passes
     key = model.binding_key(target, save)
     binding = model.binding_at(key, save) if key is not None else None
     if binding is None:

@@ -294,7 +294,7 @@ class TestUnguardedRankSave:
             "import utils\nutils.init_distributed_mode(args)\n",
             "from mmcv.runner import init_dist\ninit_dist('pytorch')\n",
             "import os\nlocal_rank = int(os.environ['LOCAL_RANK'])\n",
-            "parser.add_argument('--local_rank', type=int, default=-1)\n",
+            "parser.add_argument('--local_rank', type=int, default=-1)\nif args.local_rank != -1:\n    pass\n",
             "torch.cuda.set_device(args.local_rank)\n",
             "from torch.utils.data.distributed import DistributedSampler\nsampler = DistributedSampler(ds)\n",
         ],
