@@ -46,6 +46,9 @@ _IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
 # file is read as text once; only files naming the function are parsed, and only a few.
 MAX_PROJECT_FILES = 20000  # beyond it, only a file's own calls are seen (as without a project)
 MAX_CALLER_FILES = 12  # files naming a function, beyond which its callers stay unknown
+# The reverse closure (`Project.importer_pieces`): who imports a file, read for the pre-filter.
+MAX_INDEXED_FILES = 5000  # beyond it, a project's importers are not indexed (only its imports are read)
+MAX_IMPORTERS = 24  # importing files read per file, nearest levels first
 SKIPPED_FOLDERS = {".git", ".hg", ".svn", ".tox", ".eggs", ".venv", "venv", "env", "node_modules", "site-packages",
                    "__pycache__", "build", "dist"}
 
@@ -68,6 +71,8 @@ class Project:
         self._texts: dict[str, Optional[str]] = {}  # file -> text, read once (pre-filter, callers' pre-check)
         self._scans: dict[str, Optional[_ScannedText]] = {}
         self._callers: dict[tuple, Optional[list]] = {}
+        self._importers: dict[str, dict[str, list[tuple[str, Optional[str]]]]] = {}  # root -> file -> (importer, name)
+        self._importer_pieces: dict[str, dict[str, str]] = {}
 
     # ------------------------------------------------------------------- bookkeeping
     def register(self, model: SemanticModel, raw: Optional[bytes] = None, text: Optional[str] = None) -> None:
@@ -215,6 +220,12 @@ class Project:
         return self._closures[key]
 
     def _import_closure(self, path: str, text: str, depth: int, limit: int) -> dict[str, str]:
+        closure = self._forward_closure(path, text, depth, limit)
+        for importer, piece in self.importer_pieces(path).items():
+            closure[importer] = closure[importer] + "\n" + piece if importer in closure else piece
+        return closure
+
+    def _forward_closure(self, path: str, text: str, depth: int, limit: int) -> dict[str, str]:
         found: dict[str, list[str]] = {}
         seen: set = set()
         own = os.path.abspath(path)
@@ -244,6 +255,69 @@ class Project:
                         following.append((other, "\n".join(imports) + "\n" + piece))
             frontier = following
         return {other: "\n".join(pieces) for other, pieces in found.items()}
+
+    def importer_pieces(self, path: str) -> dict[str, str]:
+        """{importer: text} of the project files that import from this one, for the
+        pre-filter: a helper that never spells `DataParallel` matters when a caller hands it
+        the wrapper (`utils.save(model)` in train.py). Read from each importer: the top-level
+        blocks naming what it imports from this file (all of its module-level script code
+        when that does), and the blocks of the same file calling those definitions. Two
+        levels: an importer's definitions that use the file are followed into their own
+        importers, and so are a package `__init__`'s re-exports (`from tools import train`).
+        Text only, from an index of every project file's imports built once per run."""
+        own = os.path.abspath(path)
+        if own not in self._importer_pieces:
+            self._importer_pieces[own] = self._find_importer_pieces(own)
+        return self._importer_pieces[own]
+
+    def _find_importer_pieces(self, own: str) -> dict[str, str]:
+        index = self._importers_index(own)
+        if not index.get(own):
+            return {}
+        found: dict[str, list[str]] = {}
+        frontier: list[tuple[str, Optional[set[str]]]] = [(own, None)]
+        seen = {own}
+        for _ in range(2):
+            wanted: dict[str, set[str]] = {}
+            for target, names in frontier:
+                for importer, name in index.get(target, ()):
+                    if importer in seen or (names is not None and name is not None and name not in names):
+                        continue
+                    if name is None:  # `from helpers import *`: whatever the file defines
+                        scanned = self._scanned(target)
+                        wanted.setdefault(importer, set()).update(scanned.top_level_names() if scanned else ())
+                    else:
+                        wanted.setdefault(importer, set()).add(name)
+            frontier = []
+            for importer in sorted(wanted)[: max(0, MAX_IMPORTERS - len(found))]:
+                seen.add(importer)
+                scanned = self._scanned(importer)
+                if scanned is None:
+                    continue
+                piece, users = scanned.blocks_using(wanted[importer])
+                if piece:
+                    found.setdefault(importer, []).append(piece)
+                if os.path.basename(importer) == "__init__.py":
+                    users |= wanted[importer]  # a package re-exports what it imports
+                if users:
+                    frontier.append((importer, users))
+        return {importer: "\n".join(pieces) for importer, pieces in found.items()}
+
+    def _importers_index(self, own: str) -> dict[str, list[tuple[str, Optional[str]]]]:
+        """{file: [(importing file, imported name or None)]} over the project `own` belongs
+        to, from every file's import lines (`imported_definitions`); built once per run."""
+        root, files = self._project_files(own)
+        if root not in self._importers:
+            index: dict[str, list[tuple[str, Optional[str]]]] = {}
+            for path in files if len(files) <= MAX_INDEXED_FILES else ():
+                text = self._text(path)
+                if text is None or "import" not in text:
+                    continue
+                for module_file, name in dict.fromkeys(self.imported_definitions(path, text)):
+                    if module_file != path:
+                        index.setdefault(module_file, []).append((path, name))
+            self._importers[root] = index
+        return self._importers[root]
 
     def mentions(self, qualified_name: str, importer: SemanticModel, words: tuple[str, ...], budget: int = 4) -> bool:
         """Whether the source of the project definition an imported name denotes holds one of
@@ -507,6 +581,8 @@ _WORD = re.compile(r"\w+")
 # A top-level `def name` / `class name` / `name = ...` / `name: ...`: what `_definition_text` looks for.
 _TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*[:=]", re.M)
 _NEXT_TOP_LEVEL = re.compile(r"^[^\s#@)\]}]", re.M)
+_DEFINITION_HEADER = re.compile(r"(?:@[^\n]*\n)*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)")
+_IMPORT_STATEMENT = re.compile(r"(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]")
 
 
 class _ScannedText:
@@ -519,6 +595,7 @@ class _ScannedText:
         self._import_words: Optional[list[tuple[str, set[str]]]] = None
         self._starts: Optional[dict[str, tuple[int, int]]] = None
         self._definitions: dict[str, Optional[str]] = {}
+        self._blocks: Optional[list[tuple[str, Optional[str]]]] = None
 
     def definition(self, name: str) -> Optional[str]:
         """`_definition_text(self.text, name)`."""
@@ -537,6 +614,44 @@ class _ScannedText:
                     piece = self.text[span[0]: following.start() if following else len(self.text)]
                 self._definitions[name] = piece
         return self._definitions[name]
+
+    def top_level_names(self) -> set[str]:
+        """The names of the file's top-level definitions and assignments."""
+        self.definition("_")  # fills `_starts`
+        return set(self._starts or ())
+
+    def _segments(self) -> list[tuple[str, Optional[str]]]:
+        """The file cut at its top-level statements: (text, name of the def or class or None)."""
+        if self._blocks is None:
+            starts = [m.start() for m in _NEXT_TOP_LEVEL.finditer(self.text)]
+            if not starts or starts[0] != 0:
+                starts.insert(0, 0)
+            self._blocks = []
+            for start, end in zip(starts, [*starts[1:], len(self.text)]):
+                block = self.text[start:end]
+                header = _DEFINITION_HEADER.match(block)
+                self._blocks.append((block, header.group(1) if header else None))
+        return self._blocks
+
+    def blocks_using(self, names: set[str]) -> tuple[str, set[str]]:
+        """(text, definitions): the top-level blocks that use one of `names` (not import
+        statements), with the module-level script code whole when part of it does, and the
+        blocks calling a definition among them; the names of those definitions."""
+        if not names:
+            return "", set()
+        naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
+        segments = [(block, name) for block, name in self._segments() if not _IMPORT_STATEMENT.match(block)]
+        using = [i for i, (block, _) in enumerate(segments) if naming.search(block)]
+        if not using:
+            return "", set()
+        chosen = set(using)
+        if any(segments[i][1] is None for i in using):
+            chosen.update(i for i, (_, name) in enumerate(segments) if name is None)
+        users = {segments[i][1] for i in using if segments[i][1] is not None}
+        if users:
+            calling = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(users))) + r")\b")
+            chosen.update(i for i, (block, name) in enumerate(segments) if name not in users and calling.search(block))
+        return "".join(segments[i][0] for i in sorted(chosen)), users
 
     def _import_statements(self) -> list[str]:
         if self._imports is None:
