@@ -85,3 +85,4 @@ def test_editing_the_importer_rechecks_the_helper_on_a_warm_run(tmp_path):
     assert findings(folder, cache) == [("loops/epoch.py", 7, "DPL012")]
     shutil.copy(BARE / "fit.py", folder / "fit.py")
     assert findings(folder, cache) == []
+
