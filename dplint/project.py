@@ -152,7 +152,7 @@ class Project:
         linted = {os.path.abspath(path): text for path, text in files}
         importers: dict[str, int] = {}
         for path, text in files:
-            for other in self.import_closure(path, text):
+            for other in self.import_closure(path, text, importers=False):
                 importers[other] = importers.get(other, 0) + 1
         for other, count in importers.items():
             if count >= 2 and other in linted and len(self._models) < MAX_MODELS:
@@ -207,23 +207,30 @@ class Project:
                     for used in _attributes_used(text, alias):
                         yield module_file, used
 
-    def import_closure(self, path: str, text: str, depth: int = 2, limit: int = 40) -> dict[str, str]:
+    def import_closure(self, path: str, text: str, depth: int = 2, limit: int = 40, importers: bool = True) -> dict[str, str]:
         """{path: text} of what the file imports from the project, for the pre-filter: the
         source of each imported definition (not the whole module: a package's `__init__`
-        names everything), and what those definitions import in turn, `depth` levels deep.
+        names everything), and what those definitions import in turn, `depth` levels deep;
+        with `importers`, also the blocks of the files importing it (`importer_pieces`).
         Memoised per file content (the runner and the engine both ask)."""
         key = (os.path.abspath(path), content_key(text.encode("utf-8", "surrogatepass")))
         if key not in self._closures:
             if len(self._closures) > 4 * MAX_MODELS:
                 self._closures.clear()
             self._closures[key] = self._import_closure(path, text, depth, limit)
-        return self._closures[key]
+        closure = self._closures[key]
+        if not importers:
+            return closure
+        pieces = self.importer_pieces(path)
+        if not pieces:
+            return closure
+        both = dict(closure)
+        for importer, piece in pieces.items():
+            both[importer] = both[importer] + "\n" + piece if importer in both else piece
+        return both
 
     def _import_closure(self, path: str, text: str, depth: int, limit: int) -> dict[str, str]:
-        closure = self._forward_closure(path, text, depth, limit)
-        for importer, piece in self.importer_pieces(path).items():
-            closure[importer] = closure[importer] + "\n" + piece if importer in closure else piece
-        return closure
+        return self._forward_closure(path, text, depth, limit)
 
     def _forward_closure(self, path: str, text: str, depth: int, limit: int) -> dict[str, str]:
         found: dict[str, list[str]] = {}
