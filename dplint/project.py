@@ -301,7 +301,7 @@ class Project:
                 scanned = self._scanned(importer)
                 if scanned is None:
                     continue
-                piece, users = scanned.blocks_using(wanted[importer])
+                piece, users = scanned.uses_of(wanted[importer])
                 if piece:
                     found.setdefault(importer, []).append(piece)
                 if os.path.basename(importer) == "__init__.py":
@@ -640,25 +640,38 @@ class _ScannedText:
                 self._blocks.append((block, header.group(1) if header else None))
         return self._blocks
 
-    def blocks_using(self, names: set[str]) -> tuple[str, set[str]]:
-        """(text, definitions): the top-level blocks that use one of `names` (not import
-        statements), with the module-level script code whole when part of it does, and the
-        blocks calling a definition among them; the names of those definitions."""
+    def uses_of(self, names: set[str]) -> tuple[str, set[str]]:
+        """(text, definitions): the statements outside import lines that use one of `names`
+        (`store(net, path)`, to where its brackets close) and, in the same top-level block,
+        the assignments of the names those statements pass (`net = DataParallel(net)`); then
+        the same for the calls, in this file, of the definitions holding them (a `fit(net)`
+        whose `net` `main()` wraps). The names of those top-level definitions."""
         if not names:
             return "", set()
-        naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
         segments = [(block, name) for block, name in self._segments() if not _IMPORT_STATEMENT.match(block)]
-        using = [i for i, (block, _) in enumerate(segments) if naming.search(block)]
-        if not using:
-            return "", set()
-        chosen = set(using)
-        if any(segments[i][1] is None for i in using):
-            chosen.update(i for i, (_, name) in enumerate(segments) if name is None)
-        users = {segments[i][1] for i in using if segments[i][1] is not None}
-        if users:
-            calling = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(users))) + r")\b")
-            chosen.update(i for i, (block, name) in enumerate(segments) if name not in users and calling.search(block))
-        return "".join(segments[i][0] for i in sorted(chosen)), users
+        script = "".join(block for block, holder in segments if holder is None)  # module-level code
+        found: list[str] = []
+        users: set[str] = set()
+        wanted = set(names)
+        for _ in range(2):
+            naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(wanted))) + r")\b")
+            holders = set()
+            for block, holder in segments:
+                if holder in wanted or not naming.search(block):
+                    continue
+                statements = _statements_naming(block, naming)
+                if not statements:
+                    continue
+                passed = set(_WORD.findall("".join(statements))) - wanted
+                found.extend(statements)
+                found.extend(line for line in _assignments(block if holder else script, passed) if line not in statements)
+                if holder is not None:
+                    holders.add(holder)
+            users |= holders
+            wanted = holders - set(names)
+            if not wanted:
+                break
+        return "".join(found), users
 
     def _import_statements(self) -> list[str]:
         if self._imports is None:
@@ -676,6 +689,46 @@ class _ScannedText:
             lines = "\n".join(self._import_statements()).splitlines()
             self._import_words = [(line, set(_WORD.findall(line))) for line in lines]
         return [line for line, words in self._import_words if not used.isdisjoint(words)]
+
+
+def _statements_naming(block: str, naming: re.Pattern) -> list[str]:
+    """The lines of `block` that match `naming`, each with the lines that follow it until
+    its brackets close (a call spread over lines), at most 12 lines each."""
+    lines = block.splitlines(keepends=True)
+    found: list[str] = []
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        index += 1
+        if not naming.search(line) or line.lstrip().startswith(("def ", "async def ", "class ", "#")):
+            continue
+        depth = _depth(line)
+        statement = [line]
+        while depth > 0 and index < len(lines) and len(statement) < 12:
+            statement.append(lines[index])
+            depth += _depth(lines[index])
+            index += 1
+        found.append("".join(statement))
+    return found
+
+
+def _depth(line: str) -> int:
+    return sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
+
+
+_ASSIGNMENT = re.compile(r"^[ \t]*([^=\n#]*?[^=!<>+\-*/%&|^@:\n])=(?!=)", re.M)
+
+
+def _assignments(block: str, names: set[str]) -> list[str]:
+    """The lines of `block` assigning one of `names` (`x = ...`, `a, x = ...`, `self.x = ...`)."""
+    if not names:
+        return []
+    found = []
+    for match in _ASSIGNMENT.finditer(block):
+        if not names.isdisjoint(_WORD.findall(match.group(1))):
+            end = block.find("\n", match.end())
+            found.append(block[match.start(): len(block) if end < 0 else end + 1])
+    return found
 
 
 def _attributes_used(text: str, alias: str) -> set[str]:

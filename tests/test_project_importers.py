@@ -25,7 +25,7 @@ def write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text))
 
 
-def test_an_importer_gives_the_blocks_that_use_what_it_imports(tmp_path):
+def test_an_importer_gives_the_statements_that_pass_values_to_what_it_imports(tmp_path):
     write(tmp_path, {
         "helpers.py": "def store(net, path):\n    torch.save(net.module.state_dict(), path)\n",
         "train.py": """\
@@ -35,18 +35,21 @@ def test_an_importer_gives_the_blocks_that_use_what_it_imports(tmp_path):
             def unrelated():
                 return torch.nn.DataParallel(torch.nn.Linear(2, 2))
 
-            def fit(net):
-                store(net, "w.pt")
+            def fit(net, epochs):
+                viewer = torch.nn.DataParallel(net)
+                store(net,
+                      "w.pt")
 
             def main():
-                fit(torch.nn.Linear(2, 2))
+                net = torch.nn.Linear(2, 2)
+                fit(net, 3)
             """,
     })
     pieces = Project((str(tmp_path),)).importer_pieces(str(tmp_path / "helpers.py"))
     assert list(pieces) == [str(tmp_path / "train.py")]
     piece = pieces[str(tmp_path / "train.py")]
-    assert "def fit" in piece and "def main" in piece  # the user, and its caller in the same file
-    assert "unrelated" not in piece and "import" not in piece
+    # the call (to its closing bracket), the caller of its function, what that caller passes
+    assert piece.split("\n") == ["    store(net,", '          "w.pt")', "    fit(net, 3)", "    net = torch.nn.Linear(2, 2)", ""]
 
 
 def test_a_package_re_export_leads_to_the_script_importing_the_package(tmp_path):
