@@ -14,6 +14,10 @@ at run time) resolves to None: the value leaves the project and rules say nothin
 
 Files are parsed lazily, only when a rule asks, and at most once per process; a helper file
 that the token pre-filter would skip is still read here when a linted file imports from it.
+The pre-filter reads, with a file's text, what it imports (`import_closure`) and, the other
+way, the statements of the files importing it that hand values to what they import
+(`importer_pieces`, from an index of every file's import lines: text only): a helper that
+never names a wrapper is worth parsing when its caller passes it one.
 Every file read for a linted file is recorded with its content hash (`dependencies`), so the
 cache can tell when a finding must be recomputed because an imported file changed.
 """
