@@ -52,7 +52,7 @@ MAX_PROJECT_FILES = 20000  # beyond it, only a file's own calls are seen (as wit
 MAX_CALLER_FILES = 12  # files naming a function, beyond which its callers stay unknown
 # The reverse closure (`Project.importer_pieces`): who imports a file, read for the pre-filter.
 MAX_INDEXED_FILES = 5000  # beyond it, a project's importers are not indexed (only its imports are read)
-MAX_IMPORTERS = 24  # importing files read per file, nearest levels first
+MAX_IMPORTERS = 12  # importing files read per file, nearest levels first (each costs a text scan)
 SKIPPED_FOLDERS = {".git", ".hg", ".svn", ".tox", ".eggs", ".venv", "venv", "env", "node_modules", "site-packages",
                    "__pycache__", "build", "dist"}
 
@@ -666,7 +666,7 @@ class _ScannedText:
                 statements = _statements_naming(block, naming)
                 if not statements:
                     continue
-                passed = set(_WORD.findall("".join(statements))) - wanted
+                passed = _passed_names(statements, naming) - wanted
                 found.extend(statements)
                 found.extend(line for line in _assignments(block if holder else script, passed) if line not in statements)
                 if holder is not None:
@@ -698,21 +698,44 @@ class _ScannedText:
 def _statements_naming(block: str, naming: re.Pattern) -> list[str]:
     """The lines of `block` that match `naming`, each with the lines that follow it until
     its brackets close (a call spread over lines), at most 12 lines each."""
-    lines = block.splitlines(keepends=True)
     found: list[str] = []
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        index += 1
-        if not naming.search(line) or line.lstrip().startswith(("def ", "async def ", "class ", "#")):
+    end = 0
+    for match in naming.finditer(block):  # only the lines naming one
+        if match.start() < end:
+            continue  # on a line already taken
+        start = block.rfind("\n", 0, match.start()) + 1
+        end = block.find("\n", match.end())
+        end = len(block) if end < 0 else end + 1
+        line = block[start:end]
+        if line.lstrip().startswith(("def ", "async def ", "class ", "#")):
             continue
         depth = _depth(line)
-        statement = [line]
-        while depth > 0 and index < len(lines) and len(statement) < 12:
-            statement.append(lines[index])
-            depth += _depth(lines[index])
-            index += 1
-        found.append("".join(statement))
+        lines = 1
+        while depth > 0 and end < len(block) and lines < 12:
+            following = block.find("\n", end)
+            following = len(block) if following < 0 else following + 1
+            depth += _depth(block[end:following])
+            end = following
+            lines += 1
+        found.append(block[start:end])
+    return found
+
+
+_DOTTED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?:\.(\w+))?[\w.]*(?:[ \t]*(=)(?!=))?")
+
+
+def _passed_names(statements: list[str], naming: re.Pattern) -> set[str]:
+    """The names the statements pass on, read after the name they use: `net` and `trainer`
+    in `store(net, trainer.cfg, path=self.target)` (`target` for `self.target`), not the
+    attributes read off them nor keyword names."""
+    found: set[str] = set()
+    for statement in statements:
+        use = naming.search(statement)
+        for match in _DOTTED.finditer(statement, use.end() if use else 0):
+            base, attribute, keyword = match.groups()
+            if keyword:
+                continue
+            found.add(attribute if base in ("self", "cls") and attribute else base)
     return found
 
 
@@ -720,19 +743,40 @@ def _depth(line: str) -> int:
     return sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
 
 
-_ASSIGNMENT = re.compile(r"^[ \t]*([^=\n#]*?[^=!<>+\-*/%&|^@:\n])=(?!=)", re.M)
-
-
 def _assignments(block: str, names: set[str]) -> list[str]:
     """The lines of `block` assigning one of `names` (`x = ...`, `a, x = ...`, `self.x = ...`)."""
+    names = names - _EVERYWHERE
     if not names:
         return []
-    found = []
-    for match in _ASSIGNMENT.finditer(block):
-        if not names.isdisjoint(_WORD.findall(match.group(1))):
-            end = block.find("\n", match.end())
-            found.append(block[match.start(): len(block) if end < 0 else end + 1])
+    naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
+    found: list[str] = []
+    end = 0
+    for match in naming.finditer(block):  # only the lines naming one: a big block is read once
+        if match.start() < end:
+            continue  # on a line already judged
+        start = block.rfind("\n", 0, match.start()) + 1
+        end = block.find("\n", match.end())
+        end = len(block) if end < 0 else end + 1
+        target = _assigned_part(block[start:end])
+        if target is not None and naming.search(target):
+            found.append(block[start:end])
     return found
+
+
+# Words in nearly every statement: what a call passes through them is found by its other words.
+_EVERYWHERE = {"self", "cls", "None", "True", "False"}
+
+
+def _assigned_part(line: str) -> Optional[str]:
+    """What `line` assigns to (the text before its `=`, `+=`, ...), None when it assigns nothing."""
+    at = line.find("=")
+    while at > 0:
+        if line[at + 1:at + 2] == "=" or line[at - 1] in "=!<>":
+            at = line.find("=", at + 2)
+            continue
+        target = line[:at]
+        return target if _depth(target) == 0 and "#" not in target else None
+    return None
 
 
 def _attributes_used(text: str, alias: str) -> set[str]:
