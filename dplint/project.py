@@ -14,6 +14,10 @@ at run time) resolves to None: the value leaves the project and rules say nothin
 
 Files are parsed lazily, only when a rule asks, and at most once per process; a helper file
 that the token pre-filter would skip is still read here when a linted file imports from it.
+The pre-filter reads, with a file's text, what it imports (`import_closure`) and, the other
+way, the statements of the files importing it that hand values to what they import
+(`importer_pieces`, from an index of every file's import lines: text only): a helper that
+never names a wrapper is worth parsing when its caller passes it one.
 Every file read for a linted file is recorded with its content hash (`dependencies`), so the
 cache can tell when a finding must be recomputed because an imported file changed.
 """
@@ -46,6 +50,9 @@ _IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
 # file is read as text once; only files naming the function are parsed, and only a few.
 MAX_PROJECT_FILES = 20000  # beyond it, only a file's own calls are seen (as without a project)
 MAX_CALLER_FILES = 12  # files naming a function, beyond which its callers stay unknown
+# The reverse closure (`Project.importer_pieces`): who imports a file, read for the pre-filter.
+MAX_INDEXED_FILES = 5000  # beyond it, a project's importers are not indexed (only its imports are read)
+MAX_IMPORTERS = 12  # importing files read per file, nearest levels first (each costs a text scan)
 SKIPPED_FOLDERS = {".git", ".hg", ".svn", ".tox", ".eggs", ".venv", "venv", "env", "node_modules", "site-packages",
                    "__pycache__", "build", "dist"}
 
@@ -68,6 +75,8 @@ class Project:
         self._texts: dict[str, Optional[str]] = {}  # file -> text, read once (pre-filter, callers' pre-check)
         self._scans: dict[str, Optional[_ScannedText]] = {}
         self._callers: dict[tuple, Optional[list]] = {}
+        self._importers: dict[str, dict[str, list[tuple[str, Optional[str]]]]] = {}  # root -> file -> (importer, name)
+        self._importer_pieces: dict[str, dict[str, str]] = {}
 
     # ------------------------------------------------------------------- bookkeeping
     def register(self, model: SemanticModel, raw: Optional[bytes] = None, text: Optional[str] = None) -> None:
@@ -147,7 +156,7 @@ class Project:
         linted = {os.path.abspath(path): text for path, text in files}
         importers: dict[str, int] = {}
         for path, text in files:
-            for other in self.import_closure(path, text):
+            for other in self.import_closure(path, text, importers=False):
                 importers[other] = importers.get(other, 0) + 1
         for other, count in importers.items():
             if count >= 2 and other in linted and len(self._models) < MAX_MODELS:
@@ -202,19 +211,32 @@ class Project:
                     for used in _attributes_used(text, alias):
                         yield module_file, used
 
-    def import_closure(self, path: str, text: str, depth: int = 2, limit: int = 40) -> dict[str, str]:
+    def import_closure(self, path: str, text: str, depth: int = 2, limit: int = 40, importers: bool = True) -> dict[str, str]:
         """{path: text} of what the file imports from the project, for the pre-filter: the
         source of each imported definition (not the whole module: a package's `__init__`
-        names everything), and what those definitions import in turn, `depth` levels deep.
+        names everything), and what those definitions import in turn, `depth` levels deep;
+        with `importers`, also the blocks of the files importing it (`importer_pieces`).
         Memoised per file content (the runner and the engine both ask)."""
         key = (os.path.abspath(path), content_key(text.encode("utf-8", "surrogatepass")))
         if key not in self._closures:
             if len(self._closures) > 4 * MAX_MODELS:
                 self._closures.clear()
             self._closures[key] = self._import_closure(path, text, depth, limit)
-        return self._closures[key]
+        closure = self._closures[key]
+        if not importers:
+            return closure
+        pieces = self.importer_pieces(path)
+        if not pieces:
+            return closure
+        both = dict(closure)
+        for importer, piece in pieces.items():
+            both[importer] = both[importer] + "\n" + piece if importer in both else piece
+        return both
 
     def _import_closure(self, path: str, text: str, depth: int, limit: int) -> dict[str, str]:
+        return self._forward_closure(path, text, depth, limit)
+
+    def _forward_closure(self, path: str, text: str, depth: int, limit: int) -> dict[str, str]:
         found: dict[str, list[str]] = {}
         seen: set = set()
         own = os.path.abspath(path)
@@ -244,6 +266,69 @@ class Project:
                         following.append((other, "\n".join(imports) + "\n" + piece))
             frontier = following
         return {other: "\n".join(pieces) for other, pieces in found.items()}
+
+    def importer_pieces(self, path: str) -> dict[str, str]:
+        """{importer: text} of the project files that import from this one, for the
+        pre-filter: a helper that never spells `DataParallel` matters when a caller hands it
+        the wrapper (`utils.save(model)` in train.py). Read from each importer: the top-level
+        blocks naming what it imports from this file (all of its module-level script code
+        when that does), and the blocks of the same file calling those definitions. Two
+        levels: an importer's definitions that use the file are followed into their own
+        importers, and so are a package `__init__`'s re-exports (`from tools import train`).
+        Text only, from an index of every project file's imports built once per run."""
+        own = os.path.abspath(path)
+        if own not in self._importer_pieces:
+            self._importer_pieces[own] = self._find_importer_pieces(own)
+        return self._importer_pieces[own]
+
+    def _find_importer_pieces(self, own: str) -> dict[str, str]:
+        index = self._importers_index(own)
+        if not index.get(own):
+            return {}
+        found: dict[str, list[str]] = {}
+        frontier: list[tuple[str, Optional[set[str]]]] = [(own, None)]
+        seen = {own}
+        for _ in range(2):
+            wanted: dict[str, set[str]] = {}
+            for target, names in frontier:
+                for importer, name in index.get(target, ()):
+                    if importer in seen or (names is not None and name is not None and name not in names):
+                        continue
+                    if name is None:  # `from helpers import *`: whatever the file defines
+                        scanned = self._scanned(target)
+                        wanted.setdefault(importer, set()).update(scanned.top_level_names() if scanned else ())
+                    else:
+                        wanted.setdefault(importer, set()).add(name)
+            frontier = []
+            for importer in sorted(wanted)[: max(0, MAX_IMPORTERS - len(found))]:
+                seen.add(importer)
+                scanned = self._scanned(importer)
+                if scanned is None:
+                    continue
+                piece, users = scanned.uses_of(wanted[importer])
+                if piece:
+                    found.setdefault(importer, []).append(piece)
+                if os.path.basename(importer) == "__init__.py":
+                    users |= wanted[importer]  # a package re-exports what it imports
+                if users:
+                    frontier.append((importer, users))
+        return {importer: "\n".join(pieces) for importer, pieces in found.items()}
+
+    def _importers_index(self, own: str) -> dict[str, list[tuple[str, Optional[str]]]]:
+        """{file: [(importing file, imported name or None)]} over the project `own` belongs
+        to, from every file's import lines (`imported_definitions`); built once per run."""
+        root, files = self._project_files(own)
+        if root not in self._importers:
+            index: dict[str, list[tuple[str, Optional[str]]]] = {}
+            for path in files if len(files) <= MAX_INDEXED_FILES else ():
+                text = self._text(path)
+                if text is None or "import" not in text:
+                    continue
+                for module_file, name in dict.fromkeys(self.imported_definitions(path, text)):
+                    if module_file != path:
+                        index.setdefault(module_file, []).append((path, name))
+            self._importers[root] = index
+        return self._importers[root]
 
     def mentions(self, qualified_name: str, importer: SemanticModel, words: tuple[str, ...], budget: int = 4) -> bool:
         """Whether the source of the project definition an imported name denotes holds one of
@@ -507,6 +592,8 @@ _WORD = re.compile(r"\w+")
 # A top-level `def name` / `class name` / `name = ...` / `name: ...`: what `_definition_text` looks for.
 _TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*[:=]", re.M)
 _NEXT_TOP_LEVEL = re.compile(r"^[^\s#@)\]}]", re.M)
+_DEFINITION_HEADER = re.compile(r"(?:@[^\n]*\n)*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)")
+_IMPORT_STATEMENT = re.compile(r"(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]")
 
 
 class _ScannedText:
@@ -519,6 +606,7 @@ class _ScannedText:
         self._import_words: Optional[list[tuple[str, set[str]]]] = None
         self._starts: Optional[dict[str, tuple[int, int]]] = None
         self._definitions: dict[str, Optional[str]] = {}
+        self._blocks: Optional[list[tuple[str, Optional[str]]]] = None
 
     def definition(self, name: str) -> Optional[str]:
         """`_definition_text(self.text, name)`."""
@@ -538,6 +626,57 @@ class _ScannedText:
                 self._definitions[name] = piece
         return self._definitions[name]
 
+    def top_level_names(self) -> set[str]:
+        """The names of the file's top-level definitions and assignments."""
+        self.definition("_")  # fills `_starts`
+        return set(self._starts or ())
+
+    def _segments(self) -> list[tuple[str, Optional[str]]]:
+        """The file cut at its top-level statements: (text, name of the def or class or None)."""
+        if self._blocks is None:
+            starts = [m.start() for m in _NEXT_TOP_LEVEL.finditer(self.text)]
+            if not starts or starts[0] != 0:
+                starts.insert(0, 0)
+            self._blocks = []
+            for start, end in zip(starts, [*starts[1:], len(self.text)]):
+                block = self.text[start:end]
+                header = _DEFINITION_HEADER.match(block)
+                self._blocks.append((block, header.group(1) if header else None))
+        return self._blocks
+
+    def uses_of(self, names: set[str]) -> tuple[str, set[str]]:
+        """(text, definitions): the statements outside import lines that use one of `names`
+        (`store(net, path)`, to where its brackets close) and, in the same top-level block,
+        the assignments of the names those statements pass (`net = DataParallel(net)`); then
+        the same for the calls, in this file, of the definitions holding them (a `fit(net)`
+        whose `net` `main()` wraps). The names of those top-level definitions."""
+        if not names:
+            return "", set()
+        segments = [(block, name) for block, name in self._segments() if not _IMPORT_STATEMENT.match(block)]
+        script = "".join(block for block, holder in segments if holder is None)  # module-level code
+        found: list[str] = []
+        users: set[str] = set()
+        wanted = set(names)
+        for _ in range(2):
+            naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(wanted))) + r")\b")
+            holders = set()
+            for block, holder in segments:
+                if holder in wanted or not naming.search(block):
+                    continue
+                statements = _statements_naming(block, naming)
+                if not statements:
+                    continue
+                passed = _passed_names(statements, naming) - wanted
+                found.extend(statements)
+                found.extend(line for line in _assignments(block if holder else script, passed) if line not in statements)
+                if holder is not None:
+                    holders.add(holder)
+            users |= holders
+            wanted = holders - set(names)
+            if not wanted:
+                break
+        return "".join(found), users
+
     def _import_statements(self) -> list[str]:
         if self._imports is None:
             self._imports = [m.group(0) for m in _FROM_IMPORT.finditer(self.text)] + [m.group(0) for m in _IMPORT.finditer(self.text)]
@@ -554,6 +693,90 @@ class _ScannedText:
             lines = "\n".join(self._import_statements()).splitlines()
             self._import_words = [(line, set(_WORD.findall(line))) for line in lines]
         return [line for line, words in self._import_words if not used.isdisjoint(words)]
+
+
+def _statements_naming(block: str, naming: re.Pattern) -> list[str]:
+    """The lines of `block` that match `naming`, each with the lines that follow it until
+    its brackets close (a call spread over lines), at most 12 lines each."""
+    found: list[str] = []
+    end = 0
+    for match in naming.finditer(block):  # only the lines naming one
+        if match.start() < end:
+            continue  # on a line already taken
+        start = block.rfind("\n", 0, match.start()) + 1
+        end = block.find("\n", match.end())
+        end = len(block) if end < 0 else end + 1
+        line = block[start:end]
+        if line.lstrip().startswith(("def ", "async def ", "class ", "#")):
+            continue
+        depth = _depth(line)
+        lines = 1
+        while depth > 0 and end < len(block) and lines < 12:
+            following = block.find("\n", end)
+            following = len(block) if following < 0 else following + 1
+            depth += _depth(block[end:following])
+            end = following
+            lines += 1
+        found.append(block[start:end])
+    return found
+
+
+_DOTTED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?:\.(\w+))?[\w.]*(?:[ \t]*(=)(?!=))?")
+
+
+def _passed_names(statements: list[str], naming: re.Pattern) -> set[str]:
+    """The names the statements pass on, read after the name they use: `net` and `trainer`
+    in `store(net, trainer.cfg, path=self.target)` (`target` for `self.target`), not the
+    attributes read off them nor keyword names."""
+    found: set[str] = set()
+    for statement in statements:
+        use = naming.search(statement)
+        for match in _DOTTED.finditer(statement, use.end() if use else 0):
+            base, attribute, keyword = match.groups()
+            if keyword:
+                continue
+            found.add(attribute if base in ("self", "cls") and attribute else base)
+    return found
+
+
+def _depth(line: str) -> int:
+    return sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
+
+
+def _assignments(block: str, names: set[str]) -> list[str]:
+    """The lines of `block` assigning one of `names` (`x = ...`, `a, x = ...`, `self.x = ...`)."""
+    names = names - _EVERYWHERE
+    if not names:
+        return []
+    naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
+    found: list[str] = []
+    end = 0
+    for match in naming.finditer(block):  # only the lines naming one: a big block is read once
+        if match.start() < end:
+            continue  # on a line already judged
+        start = block.rfind("\n", 0, match.start()) + 1
+        end = block.find("\n", match.end())
+        end = len(block) if end < 0 else end + 1
+        target = _assigned_part(block[start:end])
+        if target is not None and naming.search(target):
+            found.append(block[start:end])
+    return found
+
+
+# Words in nearly every statement: what a call passes through them is found by its other words.
+_EVERYWHERE = {"self", "cls", "None", "True", "False"}
+
+
+def _assigned_part(line: str) -> Optional[str]:
+    """What `line` assigns to (the text before its `=`, `+=`, ...), None when it assigns nothing."""
+    at = line.find("=")
+    while at > 0:
+        if line[at + 1:at + 2] == "=" or line[at - 1] in "=!<>":
+            at = line.find("=", at + 2)
+            continue
+        target = line[:at]
+        return target if _depth(target) == 0 and "#" not in target else None
+    return None
 
 
 def _attributes_used(text: str, alias: str) -> set[str]:

@@ -1,0 +1,91 @@
+"""The reverse closure: a file is read with the blocks of the files that import it, so a
+helper that never names a wrapper is linted when a caller hands it one, and its cached
+result is recomputed when that caller changes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+from conftest import FIXTURES
+from dplint.config import Settings
+from dplint.project import Project
+from dplint.runner import run
+
+PROJECT = FIXTURES / "scalar-gather" / "project_wrapper_from_importer"
+BARE = FIXTURES / "scalar-gather" / "project_importer_hands_over_bare_model"
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_an_importer_gives_the_statements_that_pass_values_to_what_it_imports(tmp_path):
+    write(tmp_path, {
+        "helpers.py": "def store(net, path):\n    torch.save(net.module.state_dict(), path)\n",
+        "train.py": """\
+            from helpers import store
+            import torch
+
+            def unrelated():
+                return torch.nn.DataParallel(torch.nn.Linear(2, 2))
+
+            def fit(net, epochs):
+                viewer = torch.nn.DataParallel(net)
+                store(net,
+                      "w.pt")
+
+            def main():
+                net = torch.nn.Linear(2, 2)
+                fit(net, 3)
+            """,
+    })
+    pieces = Project((str(tmp_path),)).importer_pieces(str(tmp_path / "helpers.py"))
+    assert list(pieces) == [str(tmp_path / "train.py")]
+    piece = pieces[str(tmp_path / "train.py")]
+    # the call (to its closing bracket), the caller of its function, what that caller passes
+    assert piece.split("\n") == ["    store(net,", '          "w.pt")', "    fit(net, 3)", "    net = torch.nn.Linear(2, 2)", ""]
+
+
+def test_a_package_re_export_leads_to_the_script_importing_the_package(tmp_path):
+    write(tmp_path, {
+        "tools/__init__.py": "from .steps import run_epoch\n",
+        "tools/steps.py": "def run_epoch(model):\n    model(1).backward()\n",
+        "main.py": "import torch\nfrom tools import run_epoch\nnet = torch.nn.DataParallel(Net())\nrun_epoch(net)\n",
+        "other.py": "from tools import something_else\nprint(torch.nn.DataParallel)\n",
+    })
+    project = Project((str(tmp_path),))
+    pieces = project.importer_pieces(str(tmp_path / "tools/steps.py"))
+    assert str(tmp_path / "main.py") in pieces and str(tmp_path / "other.py") not in pieces
+    assert "DataParallel" in pieces[str(tmp_path / "main.py")]
+    closure = project.import_closure(str(tmp_path / "tools/steps.py"), (tmp_path / "tools/steps.py").read_text())
+    assert "DataParallel" in closure[str(tmp_path / "main.py")]
+
+
+def test_a_file_nobody_imports_has_no_importer_pieces(tmp_path):
+    write(tmp_path, {"alone.py": "x = 1\n", "main.py": "import os\n"})
+    assert Project((str(tmp_path),)).importer_pieces(str(tmp_path / "alone.py")) == {}
+
+
+def findings(folder: Path, cache: Path) -> list[tuple[str, int, str]]:
+    report = run([str(folder)], Settings(root=str(folder)), jobs=1, cache_dir=str(cache))
+    return sorted((os.path.relpath(f.filename, folder), f.location.row, f.code) for f in report.findings)
+
+
+def test_editing_the_importer_rechecks_the_helper_on_a_warm_run(tmp_path):
+    folder = tmp_path / "project"
+    shutil.copytree(BARE, folder)
+    (folder / "expected.txt").unlink()
+    cache = tmp_path / "cache"
+    assert findings(folder, cache) == []
+    assert findings(folder, cache) == []  # warm
+    shutil.copy(PROJECT / "fit.py", folder / "fit.py")  # now the caller hands over a DataParallel
+    assert findings(folder, cache) == [("loops/epoch.py", 7, "DPL012")]
+    shutil.copy(BARE / "fit.py", folder / "fit.py")
+    assert findings(folder, cache) == []
+
