@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import weakref
 from typing import Iterator
 
 import libcst as cst
 
 from dplint.checkpoints import StateDictLoad, called_function, checkpoint_facts, literal_key, name_is_read
+from dplint.flow import class_method
 from dplint.rule import Applicability, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value, method_call, own_returns
 
@@ -139,9 +142,7 @@ class StrictFalseLoad(Rule):
         if _other_framework_only(model):
             return
         for load in checkpoint_facts(model).loads:
-            if not load.strict_false or not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
-                continue
-            if _pretrained_initialisation(model, load):
+            if not load.strict_false or not _unchecked_load(model, load):
                 continue
             yield Violation(
                 node=load.call,
@@ -156,6 +157,171 @@ class StrictFalseLoad(Rule):
                     "`result.missing_keys` and `result.unexpected_keys`",
                 ),
             )
+        for call, other, load in _strict_false_through_helper(model):
+            where = _location(model, other, load.call)
+            yield Violation(
+                node=call,
+                message=(
+                    f"`strict=False` passed here reaches `{other.code(load.target)}.load_state_dict(..., strict=...)` "
+                    f"({where}), whose returned missing and unexpected keys are ignored: a checkpoint whose keys do "
+                    "not match (such as `module.`-prefixed keys from DataParallel/DDP) loads nothing and nobody notices"
+                ),
+                fix=Fix(
+                    Applicability.DISPLAY,
+                    "Have the helper return (or check) what `load_state_dict(..., strict=False)` returns, and "
+                    "inspect `missing_keys` and `unexpected_keys` here",
+                ),
+            )
+
+
+def _unchecked_load(model: SemanticModel, load: StateDictLoad, call: cst.Call | None = None) -> bool:
+    """The load's result is thrown away and nothing else matches the keys to the model; not a
+    pretrained factory branch (at the load, or at the caller's `call` that decides strict)."""
+    if not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
+        return False
+    return not _pretrained_initialisation(model, load.call, load.bare_class)
+
+
+def _strict_false_through_helper(model: SemanticModel) -> Iterator[tuple[cst.Call, SemanticModel, StateDictLoad]]:
+    """(call, the helper's model, the helper's load) for each call of this file that passes a
+    literal False (by keyword or position) to a parameter that a function of this file or the
+    project hands on as `strict` to a `load_state_dict` whose result it ignores, directly or
+    through further such functions (`load_network(net, path, strict=False)` with `def
+    load_network(net, path, strict=True): net.load_state_dict(torch.load(path), strict=strict)`)."""
+    for site in model.calls:
+        call = site.node
+        if not any(_is_false(arg.value) for arg in call.args) or _is_load_state_dict(call):
+            continue  # a `load_state_dict` call of its own is judged where it stands
+        for other, load in _forwarded_loads(model, call, depth=3):
+            if not _pretrained_initialisation(model, call, None):
+                yield call, other, load
+                break
+
+
+def _is_load_state_dict(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "load_state_dict"
+
+
+def _is_false(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"
+
+
+def _forwarded_loads(model: SemanticModel, call: cst.Call, depth: int) -> list[tuple[SemanticModel, StateDictLoad]]:
+    """The unchecked loads whose `strict` is the literal False that `call` passes explicitly."""
+    found = called_function(model, call) or _only_imported_method(model, call)
+    if found is None:
+        return []
+    other, function, bound = found
+    if _other_framework_only(other):
+        return []
+    explicit = {id(arg.value) for arg in call.args if _is_false(arg.value)}
+    loads = []
+    for name, inner in _strict_parameters(other, function, depth).items():
+        passed = model.flow.parameter_argument(call, function, name, bound)
+        if passed is not None and id(passed) in explicit:
+            loads.extend(inner)
+    return loads
+
+
+def _only_imported_method(model: SemanticModel, call: cst.Call):
+    """(model, method, True) for `encoder.load_state(sd, strict=False)` whose receiver the flow
+    cannot follow (built by a registry of factories), when exactly one class of this file or
+    imported by name from the project (`from models.biencoder import BiEncoder`) defines a
+    method of that name: the object the file works with is that class's."""
+    project = model.project
+    if project is None or not isinstance(call.func, cst.Attribute) or not isinstance(call.func.value, cst.Name):
+        return None
+    method = call.func.attr.value
+    spelled = f"def {method}("
+    closure = project.import_closure(model.path, model.module.code)
+    if not any(spelled in text for text in closure.values()) and spelled not in model.module.code:
+        return None
+    classes = [(model, node) for node in model.module.body if isinstance(node, cst.ClassDef)]
+    for qualified in set(model.imports.values()):
+        if qualified.split(".")[0] == "torch":
+            continue
+        try:
+            resolved = project.resolve(qualified, model)
+        except Exception:
+            resolved = None
+        if resolved is not None and isinstance(resolved[1], cst.ClassDef):
+            classes.append(resolved)
+    found = [(owner, class_method(node, method), True) for owner, node in classes if class_method(node, method) is not None]
+    return found[0] if len(found) == 1 else None
+
+
+_STRICT_PARAMETERS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _strict_parameters(model: SemanticModel, function: cst.FunctionDef, depth: int) -> dict[str, list]:
+    """{parameter: [(model, load)]}: the parameters of `function` (never rebound in it) that
+    reach an unchecked load's `strict` in its own body, or a call in it whose result is
+    ignored and which hands them on to such a parameter of another function (up to `depth`)."""
+    memo = _STRICT_PARAMETERS.setdefault(model, {})
+    key = (function, depth)
+    if key in memo:
+        return memo[key]
+    memo[key] = {}  # re-entrant (recursive helpers): nothing yet
+    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
+    result: dict[str, list] = {}
+    if not params:
+        memo[key] = result
+        return result
+    if "load_state_dict" in model.code(function.body):
+        for load in checkpoint_facts(model).loads:
+            strict = argument(load.call, 1, "strict")
+            if isinstance(strict, cst.Name) and strict.value in params and _innermost_function(model, load.call) is function:
+                if _only_a_parameter(model, function, strict.value) and _unchecked_load(model, load):
+                    result.setdefault(strict.value, []).append((model, load))
+    if depth > 1:
+        for inner in _own_calls(function):
+            forwarded = {arg.value.value for arg in inner.args if isinstance(arg.value, cst.Name) and arg.value.value in params}
+            if not forwarded or _is_load_state_dict(inner) or not _result_ignored(model, inner):
+                continue
+            found = called_function(model, inner)
+            if found is None:
+                continue
+            callee_model, callee, bound = found
+            for name, loads in _strict_parameters(callee_model, callee, depth - 1).items():
+                passed = model.flow.parameter_argument(inner, callee, name, bound)
+                if isinstance(passed, cst.Name) and passed.value in forwarded and _only_a_parameter(model, function, passed.value):
+                    result.setdefault(passed.value, []).extend(loads)
+    memo[key] = result
+    return result
+
+
+def _own_calls(function: cst.FunctionDef) -> Iterator[cst.Call]:
+    """The calls in a function's body, not in functions, lambdas or classes nested in it."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        if isinstance(current, cst.Call):
+            yield current
+        stack.extend(current.children)
+
+
+def _innermost_function(model: SemanticModel, node: cst.CSTNode):
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            return ancestor
+    return None
+
+
+def _only_a_parameter(model: SemanticModel, function: cst.FunctionDef, name: str) -> bool:
+    """`name` is bound in `function` only as its parameter (`strict = strict and x` rebinds it)."""
+    bindings = [b for b in model.bindings.get(name, ()) if b.scope.node is function]
+    return bool(bindings) and all(isinstance(b.node, cst.Param) for b in bindings)
+
+
+def _location(model: SemanticModel, other: SemanticModel, node: cst.CSTNode) -> str:
+    """`line 7` in the same file, else `base_model.py:122` relative to this file's folder."""
+    line = other.position(node)[0].line
+    if other is model:
+        return f"line {line}"
+    relative = os.path.relpath(other.path, os.path.dirname(os.path.abspath(model.path)) or ".")
+    return f"{relative}:{line}"
 
 
 # Array frameworks with a torch-like `load_state_dict(..., strict=False)` of their own.
@@ -169,7 +335,7 @@ def _other_framework_only(model: SemanticModel) -> bool:
     return bool(tops & _OTHER_FRAMEWORKS) and not any(top.startswith("torch") for top in tops)
 
 
-def _pretrained_initialisation(model: SemanticModel, load: StateDictLoad) -> bool:
+def _pretrained_initialisation(model: SemanticModel, call: cst.Call, bare_class: str | None) -> bool:
     """A model factory loading published pretrained weights on purpose: the load sits under an
     `if pretrained:` test, or in a function with a `pretrained` parameter (`resnet50(pretrained=
     True)` style). Non-strict there is deliberate (the classifier head differs), and the weights
@@ -177,10 +343,9 @@ def _pretrained_initialisation(model: SemanticModel, load: StateDictLoad) -> boo
     file is named for the target's own class (`if "Tracker" in cfg.PRETRAIN_FILE:` before
     `Tracker(...).load_state_dict(...)`) picks a checkpoint of this very model, not weights
     without a head."""
-    call = load.call
     for ancestor in model.ancestors(call):
         if isinstance(ancestor, (cst.If, cst.IfExp)) and "pretrain" in model.code(ancestor.test).lower():
-            return not _names_own_class(ancestor.test, load.bare_class)
+            return not _names_own_class(ancestor.test, bare_class)
         if isinstance(ancestor, cst.FunctionDef):
             params = ancestor.params
             names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
