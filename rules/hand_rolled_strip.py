@@ -53,7 +53,12 @@ class HandRolledStrip(Rule):
       around the loop) (warning).
 
     A strip under a per-key `k.startswith("module")` guard is correct (it removes exactly the
-    prefix, only where it is present) and is not flagged.
+    prefix, only where it is present) and is not flagged; `k[:7] == "module."` (also through a
+    name, `head = k[:7]`), `k.split(".")[0] == "module"` and `k.find("module.") == 0` are the
+    same test. So is a test of every key of the mapping the strip walks, in an `if` (or its
+    `and` parts, or a name bound to it) around the loop: `if all(k.startswith("module.") for k
+    in sd): sd = {k[7:]: v ...}`. An `any(...)` test, or an `all(...)` over another mapping,
+    does not show that each stripped key has the prefix, and is flagged like no test.
 
     The prefix may be a literal, a name bound to one, or a parameter that every call of its
     function in this file passes `"module."` for. Silent for other prefixes (`_orig_mod.` from
@@ -129,6 +134,15 @@ class HandRolledStrip(Rule):
         "import torch\n"
         'sd = torch.load("stage1.pt")\n'
         'sd = {k.replace("module.", ""): v for k, v in sd.items() if k.startswith("backbone.module.")}\n',
+        # Every key has the prefix when the strip runs.
+        "import torch\n"
+        'sd = torch.load("dp.pt")\n'
+        'if all(k.startswith("module.") for k in sd):\n'
+        "    sd = {k[7:]: v for k, v in sd.items()}\n",
+        # A per-key test spelled as a slice comparison.
+        "import torch\n"
+        'sd = torch.load("dp.pt")\n'
+        'sd = {(k[7:] if k[:7] == "module." else k): v for k, v in sd.items()}\n',
         # The first component of another prefix.
         "import torch\n"
         'sd = torch.load("stage1.pt")\n'

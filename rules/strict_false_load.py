@@ -21,6 +21,19 @@ class StrictFalseLoad(Rule):
     unexpected keys) is thrown away: the call is a statement of its own, or its result is
     assigned to names that are never read.
 
+    Also flags a call that passes a literal False (by keyword or position) to a parameter that
+    a function of this file or the project hands on as `strict` to such a load whose result it
+    ignores, directly or through up to two more such functions (`self.load_network(net, path,
+    strict=False)` with `def load_network(self, net, path, strict=True):
+    net.load_state_dict(torch.load(path), strict=strict)`): reported at that call, where the
+    choice is made, with the helper's load named in the message. The helper is found the way
+    calls are resolved (this file, imports, base classes, instances), or, for a method called
+    on an object the flow cannot follow (built by a registry of factories), as the one class of
+    this file or imported by name from the project that defines a method of that name. Silent
+    when the helper returns or reads the result, rebinds the parameter, matches the keys to the
+    model as below, or cannot be read (a library's `load_checkpoint(model, path,
+    strict=False)`), and when no caller passes False (the parameter's default is not judged).
+
     Silent when the code already matches the keys to the model: the state dict is the model's
     own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it (`{k: v for k, v
     in sd.items() if k in own}`), or a statement before the load, in the same function, uses
@@ -124,6 +137,10 @@ class StrictFalseLoad(Rule):
         # strict is not known to be False here.
         "def load(model, sd, strict):\n"
         "    model.load_state_dict(sd, strict=strict)\n",
+        # The helper hands the keys back to the caller.
+        "def load(model, sd, strict=True):\n"
+        "    return model.load_state_dict(sd, strict=strict)\n"
+        "print(load(net, sd, strict=False))\n",
     )
     INVALID = (
         Example("backbone.load_state_dict(torch.load('resnet.pt'), strict=False)\n"),
@@ -135,6 +152,11 @@ class StrictFalseLoad(Rule):
             "        strict=False,  # new head\n"
             "    )\n",
             count=2,
+        ),
+        Example(
+            "def load(model, path, strict=True):\n"
+            "    model.load_state_dict(torch.load(path), strict=strict)\n"
+            "load(net, 'last.pt', strict=False)\n"
         ),
     )
 
