@@ -66,7 +66,10 @@ class StrictFalseLoad(Rule):
     into a table (`model_urls["resnet50"]`), or any key into a table bound only at the file's
     top level to dict literals whose values are all literal `http(s)://` addresses
     (`url_map[name]`; the table may be imported from a project file, or be torchvision's
-    `model_urls`); their keys are known. A URL the user passes is not fixed, nor a table built
+    `model_urls`), or an address built on a literal `http(s)://` base (`HOST + name`, an
+    f-string, `.format`, `join("http://host", data, name)`, or a function of this file or the
+    project whose every return is one, `load_url(get_model_url(data, name, hash))`); their keys
+    are known. A URL the user passes is not fixed, nor a table built
     in the function.
 
     Silent in a model factory's pretrained branch (under an `if pretrained:` test, or in a
@@ -241,8 +244,20 @@ def _forwarded_loads(model: SemanticModel, call: cst.Call, depth: int) -> list[t
     for name, inner in _strict_parameters(other, function, depth).items():
         passed = model.flow.parameter_argument(call, function, name, bound)
         if passed is not None and id(passed) in explicit:
-            loads.extend(inner)
+            loads.extend((owner, load) for owner, load in inner if not _target_passed_none(model, call, other, function, bound, load))
     return loads
+
+
+def _target_passed_none(model, call, other, function, bound, load) -> bool:
+    """The load's target is a parameter of `function` that `call` leaves None (`load_weights(None,
+    None, state, strict=False)`, `G_ema=None` by default): that load does not run (or raises)."""
+    target = load.target
+    if not isinstance(target, cst.Name) or _innermost_function(other, load.call) is not function:
+        return False
+    if not _only_a_parameter(other, function, target.value):
+        return False
+    passed = model.flow.parameter_argument(call, function, target.value, bound)
+    return isinstance(passed, cst.Name) and passed.value == "None"
 
 
 def _only_imported_method(model: SemanticModel, call: cst.Call):
@@ -484,12 +499,50 @@ def _from_fixed_published_weights(model: SemanticModel, expr, at) -> bool:
     url = argument(value, 0, "url")
     if isinstance(url, cst.Name):
         url = model.value_at(url, value)  # `url = model_urls[arch]` first
-    if isinstance(url, (cst.SimpleString, cst.ConcatenatedString)):
+    if isinstance(url, (cst.SimpleString, cst.ConcatenatedString)) or _web_address(model, url, value):
         return True
     if not isinstance(url, cst.Subscript) or not isinstance(url.value, cst.Name):
         return False
     # `model_urls["resnet50"]`: a literal key into a table of the file
     return literal_key(url) is not None or _url_table(model, url.value.value)
+
+
+_JOINS = {"join", "urljoin"}
+
+
+def _web_address(model: SemanticModel, expr, at, depth: int = 3) -> bool:
+    """An address built on a literal `http(s)://` base: `"https://host/" + name`,
+    `f"https://host/{name}.pth"`, `"https://host/{}.pth".format(name)`, `join("http://host",
+    data, name)`, through names, or what a function of this file or the project returns when
+    all its returns are such (`get_model_url(data, name, hash)`): weights a server publishes."""
+    if expr is None or depth <= 0:
+        return False
+    if isinstance(expr, cst.Name):
+        value = model.value_at(expr, at)
+        return value is not None and value is not expr and _web_address(model, value, at, depth - 1)
+    literal = _literal_or_none(expr)
+    if isinstance(literal, str):
+        return literal.startswith(("http://", "https://"))
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return _web_address(model, expr.left, at, depth)
+    if isinstance(expr, cst.FormattedString):
+        first = expr.parts[0] if expr.parts else None
+        return isinstance(first, cst.FormattedStringText) and first.value.startswith(("http://", "https://"))
+    if not isinstance(expr, cst.Call):
+        return False
+    method = method_call(expr)
+    if method is not None and method[1] == "format":
+        return _web_address(model, method[0], at, depth)
+    func = expr.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    if name in _JOINS and expr.args:
+        return _web_address(model, expr.args[0].value, at, depth)
+    found = called_function(model, expr)
+    if found is None:
+        return False
+    other, function, _ = found
+    returns = other.flow.own_returns(function)
+    return bool(returns) and all(_web_address(other, ret.value, ret, depth - 1) for ret in returns)
 
 
 def _through_names_and_items(model: SemanticModel, expr, at):
