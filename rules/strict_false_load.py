@@ -217,10 +217,16 @@ def _strict_false_through_helper(model: SemanticModel) -> Iterator[tuple[cst.Cal
         call = site.node
         if not any(_is_false(arg.value) for arg in call.args) or _is_load_state_dict(call):
             continue  # a `load_state_dict` call of its own is judged where it stands
+        if (site.qualified_name or "").split(".")[0] in _LIBRARIES:
+            continue  # `nn.Conv2d(..., bias=False)`: no project helper
         for other, load in _forwarded_loads(model, call, depth=3):
             if not _pretrained_initialisation(model, call, None):
                 yield call, other, load
                 break
+
+
+# Packages whose functions are no project helper (`nn.Linear(4, 2, bias=False)`).
+_LIBRARIES = {"torch", "torchvision", "numpy", "timm", "transformers", "builtins", "os", "argparse", "logging"}
 
 
 def _is_load_state_dict(call: cst.Call) -> bool:
