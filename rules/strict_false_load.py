@@ -32,7 +32,9 @@ class StrictFalseLoad(Rule):
     this file or imported by name from the project that defines a method of that name. Silent
     when the helper returns or reads the result, rebinds the parameter, matches the keys to the
     model as below, or cannot be read (a library's `load_checkpoint(model, path,
-    strict=False)`), and when no caller passes False (the parameter's default is not judged).
+    strict=False)`), for a load whose target the call leaves None (`load_weights(None, None,
+    state, strict=False)`: that load does not run), and when no caller passes False (the
+    parameter's default is not judged).
 
     Silent when the code already matches the keys to the model: the state dict is the model's
     own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it (`{k: v for k, v
