@@ -53,7 +53,12 @@ class HandRolledStrip(Rule):
       around the loop) (warning).
 
     A strip under a per-key `k.startswith("module")` guard is correct (it removes exactly the
-    prefix, only where it is present) and is not flagged.
+    prefix, only where it is present) and is not flagged; `k[:7] == "module."` (also through a
+    name, `head = k[:7]`), `k.split(".")[0] == "module"` and `k.find("module.") == 0` are the
+    same test. So is a test of every key of the mapping the strip walks, in an `if` (or its
+    `and` parts, or a name bound to it) around the loop: `if all(k.startswith("module.") for k
+    in sd): sd = {k[7:]: v ...}`. An `any(...)` test, or an `all(...)` over another mapping,
+    does not show that each stripped key has the prefix, and is flagged like no test.
 
     The prefix may be a literal, a name bound to one, or a parameter that every call of its
     function in this file passes `"module."` for. Silent for other prefixes (`_orig_mod.` from
@@ -129,6 +134,15 @@ class HandRolledStrip(Rule):
         "import torch\n"
         'sd = torch.load("stage1.pt")\n'
         'sd = {k.replace("module.", ""): v for k, v in sd.items() if k.startswith("backbone.module.")}\n',
+        # Every key has the prefix when the strip runs.
+        "import torch\n"
+        'sd = torch.load("dp.pt")\n'
+        'if all(k.startswith("module.") for k in sd):\n'
+        "    sd = {k[7:]: v for k, v in sd.items()}\n",
+        # A per-key test spelled as a slice comparison.
+        "import torch\n"
+        'sd = torch.load("dp.pt")\n'
+        'sd = {(k[7:] if k[:7] == "module." else k): v for k, v in sd.items()}\n',
         # The first component of another prefix.
         "import torch\n"
         'sd = torch.load("stage1.pt")\n'
@@ -210,7 +224,7 @@ class HandRolledStrip(Rule):
             if loop is None:
                 continue
             guards = [prefix for scope, name in loop.guard_scopes for prefix in _startswith_prefixes(model, scope, name)]
-            guarded = any(prefix in GUARD_PREFIXES for prefix in guards)
+            guarded = any(prefix in GUARD_PREFIXES for prefix in guards) or _every_key_tested(model, loop)
             if any(_module_inside(prefix) for prefix in guards) and kind != "lstrip":
                 continue  # `backbone.module.`: only a sub-module was wrapped, not the model
             code = model.code(node)
@@ -505,6 +519,9 @@ def _startswith_prefixes(model: SemanticModel, owner: cst.CSTNode, key: str) -> 
                     value = _prefix_value(model, node.left, node)
                     if isinstance(value, str):
                         prefixes.append(value)
+            value = _equal_head_prefix(model, node, key)
+            if value is not None:
+                prefixes.append(value)
 
         def visit_Call(self, node: cst.Call) -> None:
             method = method_call(node)
@@ -515,6 +532,113 @@ def _startswith_prefixes(model: SemanticModel, owner: cst.CSTNode, key: str) -> 
 
     walk(owner, Finder())
     return prefixes
+
+
+def _key_prefix_test(model: SemanticModel, test: cst.BaseExpression, key: str) -> Optional[str]:
+    """The prefix a test of one key checks: `key.startswith(P)`, `key[:7] == P`, `key.split(".")[0]
+    == "module"` (see `_equal_head_prefix`); else None."""
+    if isinstance(test, cst.Call):
+        method = method_call(test)
+        if method and method[1] == "startswith" and isinstance(method[0], cst.Name) and method[0].value == key:
+            value = _prefix_value(model, argument(test, 0), test)
+            return value if isinstance(value, str) else None
+    if isinstance(test, cst.Comparison):
+        return _equal_head_prefix(model, test, key)
+    return None
+
+
+def _equal_head_prefix(model: SemanticModel, node: cst.Comparison, key: str) -> Optional[str]:
+    """The prefix P that `key[:len(P)] == P` (also through a name, `head = key[:7]; head ==
+    P`), `key.split(".")[0] == "module"` or `key.find(P) == 0` tests, on either side of `==`:
+    the same per-key test as `key.startswith(P)`."""
+    if len(node.comparisons) != 1 or not isinstance(node.comparisons[0].operator, cst.Equal):
+        return None
+    sides = (node.left, node.comparisons[0].comparator)
+    for head, other in (sides, sides[::-1]):
+        literal = _prefix_value(model, other, node)
+        if not isinstance(literal, str):
+            continue
+        if isinstance(head, cst.Name) and head.value != key:
+            head = model.value_at(head, node)  # `head = k[:7]` first
+        if isinstance(head, cst.Subscript) and len(head.slice) == 1:
+            part = head.slice[0].slice
+            if isinstance(head.value, cst.Name) and head.value.value == key and isinstance(part, cst.Slice):
+                if part.lower is None and part.step is None and _slice_length(model, part.upper) == len(literal):
+                    return literal  # `key[:7] == "module."`
+            call = head.value
+            method = method_call(call) if isinstance(call, cst.Call) else None
+            if (method and method[1] == "split" and isinstance(method[0], cst.Name) and method[0].value == key
+                    and _prefix_value(model, argument(call, 0, "sep"), call) == "." and isinstance(part, cst.Index)
+                    and _literal_or_none(part.value) == 0 and "." not in literal):
+                return literal + "."  # `key.split(".")[0] == "module"`: the first component
+        if isinstance(head, cst.Call) and _literal_or_none(other) == 0:
+            method = method_call(head)
+            if method and method[1] in ("find", "index") and isinstance(method[0], cst.Name) and method[0].value == key:
+                value = _prefix_value(model, argument(head, 0), head)
+                return value if isinstance(value, str) else None
+    return None
+
+
+def _slice_length(model: SemanticModel, upper: Optional[cst.BaseExpression]) -> Optional[int]:
+    """7 for `[:7]` and `[:len("module.")]`."""
+    if isinstance(upper, cst.Call) and isinstance(upper.func, cst.Name) and upper.func.value == "len" and len(upper.args) == 1:
+        value = _prefix_value(model, upper.args[0].value, upper)
+        return len(value) if isinstance(value, str) else None
+    value = _literal_or_none(upper)
+    return value if isinstance(value, int) else None
+
+
+def _literal_or_none(expr: Optional[cst.BaseExpression]):
+    if expr is None:
+        return None
+    try:
+        return literal_value(expr)
+    except ValueError:
+        return None
+
+
+def _every_key_tested(model: SemanticModel, loop: KeyLoop) -> bool:
+    """The strip runs only when every key of its mapping has the wrapper's prefix: under `if
+    all(k.startswith("module.") for k in sd):` (or `all(...)` bound to a name first, or joined
+    with `and`), where `sd` is the mapping the loop walks. `any(...)` is not such a test: keys
+    without the prefix may be there, and lose seven characters."""
+    wanted = model.code(loop.source)
+    child: cst.CSTNode = loop.owner
+    for ancestor in model.ancestors(loop.owner):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
+            if any(_all_keys_have_prefix(model, test, wanted) for test in _conjuncts(model, ancestor.test)):
+                return True
+        child = ancestor
+    return False
+
+
+def _conjuncts(model: SemanticModel, test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The parts of `a and b` (a name is followed to the value it was bound to)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*_conjuncts(model, test.left), *_conjuncts(model, test.right)]
+    if isinstance(test, cst.Name):
+        value = model.value_at(test, test)
+        return [value] if value is not None and value is not test else []
+    return [test]
+
+
+def _all_keys_have_prefix(model: SemanticModel, test: cst.BaseExpression, mapping: str) -> bool:
+    """`all(k.startswith("module.") for k in sd)` (or `sd.keys()`, a list comprehension) for
+    the mapping spelled `mapping`."""
+    if not (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "all" and len(test.args) == 1):
+        return False
+    comp = test.args[0].value
+    if not isinstance(comp, (cst.GeneratorExp, cst.ListComp)) or comp.for_in.inner_for_in is not None or comp.for_in.ifs:
+        return False
+    target = comp.for_in.target
+    if not isinstance(target, cst.Name):
+        return False
+    source = _mapping_of_keys(target, comp.for_in.iter, target.value)
+    if source is None or model.code(source) != mapping:
+        return False
+    return _key_prefix_test(model, comp.elt, target.value) in GUARD_PREFIXES
 
 
 def _module_inside(prefix: str) -> bool:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import weakref
 from typing import Iterator
 
 import libcst as cst
 
 from dplint.checkpoints import StateDictLoad, called_function, checkpoint_facts, literal_key, name_is_read
+from dplint.flow import class_method
 from dplint.rule import Applicability, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value, method_call, own_returns
 
@@ -17,6 +20,21 @@ class StrictFalseLoad(Rule):
     Flags `model.load_state_dict(state_dict, strict=False)` whose result (the missing and
     unexpected keys) is thrown away: the call is a statement of its own, or its result is
     assigned to names that are never read.
+
+    Also flags a call that passes a literal False (by keyword or position) to a parameter that
+    a function of this file or the project hands on as `strict` to such a load whose result it
+    ignores, directly or through up to two more such functions (`self.load_network(net, path,
+    strict=False)` with `def load_network(self, net, path, strict=True):
+    net.load_state_dict(torch.load(path), strict=strict)`): reported at that call, where the
+    choice is made, with the helper's load named in the message. The helper is found the way
+    calls are resolved (this file, imports, base classes, instances), or, for a method called
+    on an object the flow cannot follow (built by a registry of factories), as the one class of
+    this file or imported by name from the project that defines a method of that name. Silent
+    when the helper returns or reads the result, rebinds the parameter, matches the keys to the
+    model as below, or cannot be read (a library's `load_checkpoint(model, path,
+    strict=False)`), for a load whose target the call leaves None (`load_weights(None, None,
+    state, strict=False)`: that load does not run), and when no caller passes False (the
+    parameter's default is not judged).
 
     Silent when the code already matches the keys to the model: the state dict is the model's
     own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it (`{k: v for k, v
@@ -50,7 +68,10 @@ class StrictFalseLoad(Rule):
     into a table (`model_urls["resnet50"]`), or any key into a table bound only at the file's
     top level to dict literals whose values are all literal `http(s)://` addresses
     (`url_map[name]`; the table may be imported from a project file, or be torchvision's
-    `model_urls`); their keys are known. A URL the user passes is not fixed, nor a table built
+    `model_urls`), or an address built on a literal `http(s)://` base (`HOST + name`, an
+    f-string, `.format`, `join("http://host", data, name)`, or a function of this file or the
+    project whose every return is one, `load_url(get_model_url(data, name, hash))`); their keys
+    are known. A URL the user passes is not fixed, nor a table built
     in the function.
 
     Silent in a model factory's pretrained branch (under an `if pretrained:` test, or in a
@@ -121,6 +142,10 @@ class StrictFalseLoad(Rule):
         # strict is not known to be False here.
         "def load(model, sd, strict):\n"
         "    model.load_state_dict(sd, strict=strict)\n",
+        # The helper hands the keys back to the caller.
+        "def load(model, sd, strict=True):\n"
+        "    return model.load_state_dict(sd, strict=strict)\n"
+        "print(load(net, sd, strict=False))\n",
     )
     INVALID = (
         Example("backbone.load_state_dict(torch.load('resnet.pt'), strict=False)\n"),
@@ -133,15 +158,18 @@ class StrictFalseLoad(Rule):
             "    )\n",
             count=2,
         ),
+        Example(
+            "def load(model, path, strict=True):\n"
+            "    model.load_state_dict(torch.load(path), strict=strict)\n"
+            "load(net, 'last.pt', strict=False)\n"
+        ),
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         if _other_framework_only(model):
             return
         for load in checkpoint_facts(model).loads:
-            if not load.strict_false or not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
-                continue
-            if _pretrained_initialisation(model, load):
+            if not load.strict_false or not _unchecked_load(model, load):
                 continue
             yield Violation(
                 node=load.call,
@@ -156,6 +184,189 @@ class StrictFalseLoad(Rule):
                     "`result.missing_keys` and `result.unexpected_keys`",
                 ),
             )
+        for call, other, load in _strict_false_through_helper(model):
+            where = _location(model, other, load.call)
+            yield Violation(
+                node=call,
+                message=(
+                    f"`strict=False` passed here reaches `{other.code(load.target)}.load_state_dict(..., strict=...)` "
+                    f"({where}), whose returned missing and unexpected keys are ignored: a checkpoint whose keys do "
+                    "not match (such as `module.`-prefixed keys from DataParallel/DDP) loads nothing and nobody notices"
+                ),
+                fix=Fix(
+                    Applicability.DISPLAY,
+                    "Have the helper return (or check) what `load_state_dict(..., strict=False)` returns, and "
+                    "inspect `missing_keys` and `unexpected_keys` here",
+                ),
+            )
+
+
+def _unchecked_load(model: SemanticModel, load: StateDictLoad, call: cst.Call | None = None) -> bool:
+    """The load's result is thrown away and nothing else matches the keys to the model; not a
+    pretrained factory branch (at the load, or at the caller's `call` that decides strict)."""
+    if not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
+        return False
+    return not _pretrained_initialisation(model, load.call, load.bare_class)
+
+
+def _strict_false_through_helper(model: SemanticModel) -> Iterator[tuple[cst.Call, SemanticModel, StateDictLoad]]:
+    """(call, the helper's model, the helper's load) for each call of this file that passes a
+    literal False (by keyword or position) to a parameter that a function of this file or the
+    project hands on as `strict` to a `load_state_dict` whose result it ignores, directly or
+    through further such functions (`load_network(net, path, strict=False)` with `def
+    load_network(net, path, strict=True): net.load_state_dict(torch.load(path), strict=strict)`)."""
+    for site in model.calls:
+        call = site.node
+        if not any(_is_false(arg.value) for arg in call.args) or _is_load_state_dict(call):
+            continue  # a `load_state_dict` call of its own is judged where it stands
+        if (site.qualified_name or "").split(".")[0] in _LIBRARIES:
+            continue  # `nn.Conv2d(..., bias=False)`: no project helper
+        for other, load in _forwarded_loads(model, call, depth=3):
+            if not _pretrained_initialisation(model, call, None):
+                yield call, other, load
+                break
+
+
+# Packages whose functions are no project helper (`nn.Linear(4, 2, bias=False)`).
+_LIBRARIES = {"torch", "torchvision", "numpy", "timm", "transformers", "builtins", "os", "argparse", "logging"}
+
+
+def _is_load_state_dict(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "load_state_dict"
+
+
+def _is_false(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"
+
+
+def _forwarded_loads(model: SemanticModel, call: cst.Call, depth: int) -> list[tuple[SemanticModel, StateDictLoad]]:
+    """The unchecked loads whose `strict` is the literal False that `call` passes explicitly."""
+    found = called_function(model, call) or _only_imported_method(model, call)
+    if found is None:
+        return []
+    other, function, bound = found
+    if _other_framework_only(other):
+        return []
+    explicit = {id(arg.value) for arg in call.args if _is_false(arg.value)}
+    loads = []
+    for name, inner in _strict_parameters(other, function, depth).items():
+        passed = model.flow.parameter_argument(call, function, name, bound)
+        if passed is not None and id(passed) in explicit:
+            loads.extend((owner, load) for owner, load in inner if not _target_passed_none(model, call, other, function, bound, load))
+    return loads
+
+
+def _target_passed_none(model, call, other, function, bound, load) -> bool:
+    """The load's target is a parameter of `function` that `call` leaves None (`load_weights(None,
+    None, state, strict=False)`, `G_ema=None` by default): that load does not run (or raises)."""
+    target = load.target
+    if not isinstance(target, cst.Name) or _innermost_function(other, load.call) is not function:
+        return False
+    if not _only_a_parameter(other, function, target.value):
+        return False
+    passed = model.flow.parameter_argument(call, function, target.value, bound)
+    return isinstance(passed, cst.Name) and passed.value == "None"
+
+
+def _only_imported_method(model: SemanticModel, call: cst.Call):
+    """(model, method, True) for `encoder.load_state(sd, strict=False)` whose receiver the flow
+    cannot follow (built by a registry of factories), when exactly one class of this file or
+    imported by name from the project (`from models.biencoder import BiEncoder`) defines a
+    method of that name: the object the file works with is that class's."""
+    project = model.project
+    if project is None or not isinstance(call.func, cst.Attribute) or not isinstance(call.func.value, cst.Name):
+        return None
+    method = call.func.attr.value
+    spelled = f"def {method}("
+    closure = project.import_closure(model.path, model.module.code)
+    if not any(spelled in text for text in closure.values()) and spelled not in model.module.code:
+        return None
+    classes = [(model, node) for node in model.module.body if isinstance(node, cst.ClassDef)]
+    for qualified in set(model.imports.values()):
+        if qualified.split(".")[0] == "torch":
+            continue
+        try:
+            resolved = project.resolve(qualified, model)
+        except Exception:
+            resolved = None
+        if resolved is not None and isinstance(resolved[1], cst.ClassDef):
+            classes.append(resolved)
+    found = [(owner, class_method(node, method), True) for owner, node in classes if class_method(node, method) is not None]
+    return found[0] if len(found) == 1 else None
+
+
+_STRICT_PARAMETERS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _strict_parameters(model: SemanticModel, function: cst.FunctionDef, depth: int) -> dict[str, list]:
+    """{parameter: [(model, load)]}: the parameters of `function` (never rebound in it) that
+    reach an unchecked load's `strict` in its own body, or a call in it whose result is
+    ignored and which hands them on to such a parameter of another function (up to `depth`)."""
+    memo = _STRICT_PARAMETERS.setdefault(model, {})
+    key = (function, depth)
+    if key in memo:
+        return memo[key]
+    memo[key] = {}  # re-entrant (recursive helpers): nothing yet
+    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
+    result: dict[str, list] = {}
+    if not params:
+        memo[key] = result
+        return result
+    if "load_state_dict" in model.code(function.body):
+        for load in checkpoint_facts(model).loads:
+            strict = argument(load.call, 1, "strict")
+            if isinstance(strict, cst.Name) and strict.value in params and _innermost_function(model, load.call) is function:
+                if _only_a_parameter(model, function, strict.value) and _unchecked_load(model, load):
+                    result.setdefault(strict.value, []).append((model, load))
+    if depth > 1:
+        for inner in _own_calls(function):
+            forwarded = {arg.value.value for arg in inner.args if isinstance(arg.value, cst.Name) and arg.value.value in params}
+            if not forwarded or _is_load_state_dict(inner) or not _result_ignored(model, inner):
+                continue
+            found = called_function(model, inner)
+            if found is None:
+                continue
+            callee_model, callee, bound = found
+            for name, loads in _strict_parameters(callee_model, callee, depth - 1).items():
+                passed = model.flow.parameter_argument(inner, callee, name, bound)
+                if isinstance(passed, cst.Name) and passed.value in forwarded and _only_a_parameter(model, function, passed.value):
+                    result.setdefault(passed.value, []).extend(loads)
+    memo[key] = result
+    return result
+
+
+def _own_calls(function: cst.FunctionDef) -> Iterator[cst.Call]:
+    """The calls in a function's body, not in functions, lambdas or classes nested in it."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        if isinstance(current, cst.Call):
+            yield current
+        stack.extend(current.children)
+
+
+def _innermost_function(model: SemanticModel, node: cst.CSTNode):
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            return ancestor
+    return None
+
+
+def _only_a_parameter(model: SemanticModel, function: cst.FunctionDef, name: str) -> bool:
+    """`name` is bound in `function` only as its parameter (`strict = strict and x` rebinds it)."""
+    bindings = [b for b in model.bindings.get(name, ()) if b.scope.node is function]
+    return bool(bindings) and all(isinstance(b.node, cst.Param) for b in bindings)
+
+
+def _location(model: SemanticModel, other: SemanticModel, node: cst.CSTNode) -> str:
+    """`line 7` in the same file, else `base_model.py:122` relative to this file's folder."""
+    line = other.position(node)[0].line
+    if other is model:
+        return f"line {line}"
+    relative = os.path.relpath(other.path, os.path.dirname(os.path.abspath(model.path)) or ".")
+    return f"{relative}:{line}"
 
 
 # Array frameworks with a torch-like `load_state_dict(..., strict=False)` of their own.
@@ -169,7 +380,7 @@ def _other_framework_only(model: SemanticModel) -> bool:
     return bool(tops & _OTHER_FRAMEWORKS) and not any(top.startswith("torch") for top in tops)
 
 
-def _pretrained_initialisation(model: SemanticModel, load: StateDictLoad) -> bool:
+def _pretrained_initialisation(model: SemanticModel, call: cst.Call, bare_class: str | None) -> bool:
     """A model factory loading published pretrained weights on purpose: the load sits under an
     `if pretrained:` test, or in a function with a `pretrained` parameter (`resnet50(pretrained=
     True)` style). Non-strict there is deliberate (the classifier head differs), and the weights
@@ -177,10 +388,9 @@ def _pretrained_initialisation(model: SemanticModel, load: StateDictLoad) -> boo
     file is named for the target's own class (`if "Tracker" in cfg.PRETRAIN_FILE:` before
     `Tracker(...).load_state_dict(...)`) picks a checkpoint of this very model, not weights
     without a head."""
-    call = load.call
     for ancestor in model.ancestors(call):
         if isinstance(ancestor, (cst.If, cst.IfExp)) and "pretrain" in model.code(ancestor.test).lower():
-            return not _names_own_class(ancestor.test, load.bare_class)
+            return not _names_own_class(ancestor.test, bare_class)
         if isinstance(ancestor, cst.FunctionDef):
             params = ancestor.params
             names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
@@ -297,12 +507,50 @@ def _from_fixed_published_weights(model: SemanticModel, expr, at) -> bool:
     url = argument(value, 0, "url")
     if isinstance(url, cst.Name):
         url = model.value_at(url, value)  # `url = model_urls[arch]` first
-    if isinstance(url, (cst.SimpleString, cst.ConcatenatedString)):
+    if isinstance(url, (cst.SimpleString, cst.ConcatenatedString)) or _web_address(model, url, value):
         return True
     if not isinstance(url, cst.Subscript) or not isinstance(url.value, cst.Name):
         return False
     # `model_urls["resnet50"]`: a literal key into a table of the file
     return literal_key(url) is not None or _url_table(model, url.value.value)
+
+
+_JOINS = {"join", "urljoin"}
+
+
+def _web_address(model: SemanticModel, expr, at, depth: int = 3) -> bool:
+    """An address built on a literal `http(s)://` base: `"https://host/" + name`,
+    `f"https://host/{name}.pth"`, `"https://host/{}.pth".format(name)`, `join("http://host",
+    data, name)`, through names, or what a function of this file or the project returns when
+    all its returns are such (`get_model_url(data, name, hash)`): weights a server publishes."""
+    if expr is None or depth <= 0:
+        return False
+    if isinstance(expr, cst.Name):
+        value = model.value_at(expr, at)
+        return value is not None and value is not expr and _web_address(model, value, at, depth - 1)
+    literal = _literal_or_none(expr)
+    if isinstance(literal, str):
+        return literal.startswith(("http://", "https://"))
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return _web_address(model, expr.left, at, depth)
+    if isinstance(expr, cst.FormattedString):
+        first = expr.parts[0] if expr.parts else None
+        return isinstance(first, cst.FormattedStringText) and first.value.startswith(("http://", "https://"))
+    if not isinstance(expr, cst.Call):
+        return False
+    method = method_call(expr)
+    if method is not None and method[1] == "format":
+        return _web_address(model, method[0], at, depth)
+    func = expr.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    if name in _JOINS and expr.args:
+        return _web_address(model, expr.args[0].value, at, depth)
+    found = called_function(model, expr)
+    if found is None:
+        return False
+    other, function, _ = found
+    returns = other.flow.own_returns(function)
+    return bool(returns) and all(_web_address(other, ret.value, ret, depth - 1) for ret in returns)
 
 
 def _through_names_and_items(model: SemanticModel, expr, at):
