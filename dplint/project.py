@@ -67,6 +67,7 @@ class Project:
         self._model_texts: dict[str, str] = {}  # file -> the text its model in `_models` was built from
         self._hashes: dict[str, str] = {}
         self._found: dict[tuple[str, str], Optional[str]] = {}  # (folder, dotted module) -> file
+        self._path_edits: dict[str, list[str]] = {}  # folder -> folders its scripts add to sys.path
         self._resolved: dict[tuple[str, str], Optional[tuple[SemanticModel, cst.CSTNode]]] = {}
         self._reading: Optional[set[str]] = None  # files read while linting the current file
         self._closures: dict[tuple, dict[str, str]] = {}
@@ -458,9 +459,21 @@ class Project:
                 continue
             text = self._text(path)
             if (text is not None and all(word in text for word in words) and importing.search(text)
-                    and _names_it(text, last, parts if len(words) == 1 else None)):
+                    and _names_it(text, last, parts if len(words) == 1 else None) and self._may_reach(path, text, own)):
                 found.append(path)
         return found
+
+    def _may_reach(self, path: str, text: str, own: str) -> bool:
+        """Whether an import of `text` resolves to `own` or to a package `__init__` above it
+        (a re-export): a file that only shares a module's name (each sub-project's own
+        `utils/data_utils.py`) or has some relative import elsewhere cannot call into `own`."""
+        own = os.path.abspath(own)
+        for module_file, _ in self.imported_definitions(path, text):
+            if module_file == own:
+                return True
+            if os.path.basename(module_file) == "__init__.py" and own.startswith(os.path.dirname(module_file) + os.sep):
+                return True
+        return False
 
     def _project_files(self, own: str) -> tuple[str, tuple[str, ...]]:
         """(root, its .py files): the project root above `own` (a folder a run started on or
@@ -563,6 +576,36 @@ class Project:
                 if module_file is not None:
                     yield module_file, parts[cut:]
                     break  # a deeper module shadows its package's attributes
+        if name.startswith("."):
+            return
+        # Last, the folders this folder's scripts put on `sys.path` (`import _init_paths`):
+        # only reached when the usual folders hold no part of the name.
+        for base in self._path_edit_folders(importer_dir):
+            if base in bases:
+                continue
+            for cut in range(len(parts), 0, -1):
+                module_file = self._module_file(base, parts[:cut])
+                if module_file is not None:
+                    yield module_file, parts[cut:]
+                    break
+
+    def _path_edit_folders(self, folder: str) -> list[str]:
+        """The folders that the scripts of `folder` add to `sys.path` relative to their own
+        file (`sys.path.insert(0, osp.join(osp.dirname(__file__), "..", "lib"))`, often in an
+        `_init_paths.py` they import), read from the text of those that mention `sys.path`."""
+        if folder not in self._path_edits:
+            found: list[str] = []
+            try:
+                names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
+            except OSError:
+                names = []
+            for name in names:
+                path = os.path.join(folder, name)
+                text = self._text(path)
+                if text is not None and "sys.path" in text:
+                    found.extend(f for f in path_edit_folders(path, text) if f not in found)
+            self._path_edits[folder] = found
+        return self._path_edits[folder]
 
     def _search_folders(self, start: str):
         folder = start
@@ -586,6 +629,35 @@ class Project:
                     break
             self._found[key] = found
         return self._found[key]
+
+
+_PATH_STRING = re.compile(r"""(?<!\w)[rRuU]?(['"])([\w./\\-]+)\1""")
+
+
+def path_edit_folders(path: str, text: str) -> list[str]:
+    """Existing folders that the statements of `text` build from the file's own folder and
+    string parts (`osp.join(osp.dirname(__file__), "..", "lib")`, `Path(__file__).parent / "src"`,
+    `sys.path.append("../lib")`): where a script that edits `sys.path` finds its imports. Text
+    only: each line with a path join or a `sys.path` edit is read as its folder's path."""
+    here = os.path.dirname(os.path.abspath(path))
+    found: list[str] = []
+    for line in text.splitlines():
+        code = line.split("#", 1)[0]
+        if "join(" not in code and "sys.path" not in code and " / " not in code:
+            continue
+        parts = [match.group(2) for match in _PATH_STRING.finditer(code)]
+        if not parts:
+            continue
+        ups = 0
+        if "__file__" in code:  # the first `dirname`/`.parent` is the file's own folder
+            ups = max(code.count("dirname(") + len(re.findall(r"\.parent\b", code)) - 1, 0)
+        base = here
+        for _ in range(ups):
+            base = os.path.dirname(base)
+        folder = os.path.normpath(os.path.join(base, *parts))
+        if folder != here and folder not in found and os.path.isdir(folder):
+            found.append(folder)
+    return found
 
 
 _WORD = re.compile(r"\w+")
