@@ -834,6 +834,8 @@ class Flow:
             return [Value(model, None, path)]
         values: list[Value] = []
         for binding, conditions in entries:
+            if _context and self._dead_in_call(binding, _context):
+                continue
             joined = _join(path, conditions)
             if id(binding) in self._inherited_of:
                 values.extend(self._inherited_values(self._inherited_of[id(binding)], key, joined, _depth))
@@ -868,7 +870,116 @@ class Flow:
             return []
         return [v.expr for v in values]
 
+    def _dead_in_call(self, binding: "Binding", context: tuple) -> bool:
+        """Whether the call being followed never reaches `binding`: it sits under an `if` of
+        that function whose test this call's arguments decide against it (`if len(gpu_ids) >
+        0: net = DataParallel(net, gpu_ids)` in `init_net(net, gpu_ids=[])` called without
+        `gpu_ids`). Only tests on the function's own names whose every value is a literal."""
+        function = context[0][0]
+        node = binding.node
+        if isinstance(node, cst.Param) or _enclosing_function(self.model, node) is not function:
+            return False
+        child = node
+        for ancestor in self.model.ancestors(node):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                truth = self._truth_in_call(ancestor.test, context)
+                if truth is not None and truth != (child is ancestor.body):
+                    return True
+            child = ancestor
+        return False
+
+    def _truth_in_call(self, test: cst.BaseExpression, context: tuple) -> Optional[bool]:
+        """The truth of `x`, `not x`, `len(x) > 1`, `x >= 2` (`x` a name) when every value the
+        followed call gives `x` is a literal (a list or tuple counts by its length); else None."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self._truth_in_call(test.expression, context)
+            return None if inner is None else not inner
+        if isinstance(test, cst.Name):
+            values = self._literals_in_call(test, context, sized=False)
+            answers = {bool(v) for v in values} if values is not None else set()
+            return answers.pop() if len(answers) == 1 else None
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return None
+        target = test.comparisons[0]
+        operators = {cst.GreaterThan: ">", cst.GreaterThanEqual: ">=", cst.LessThan: "<",
+                     cst.LessThanEqual: "<=", cst.Equal: "==", cst.NotEqual: "!="}
+        operator = operators.get(type(target.operator))
+        if operator is None or not isinstance(target.comparator, cst.Integer):
+            return None
+        left = test.left
+        if isinstance(left, cst.Call) and isinstance(left.func, cst.Name) and left.func.value == "len" \
+                and len(left.args) == 1 and isinstance(left.args[0].value, cst.Name):
+            values = self._literals_in_call(left.args[0].value, context, sized=True)
+        elif isinstance(left, cst.Name):
+            values = self._literals_in_call(left, context, sized=False)
+            if values is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                return None
+        else:
+            return None
+        if not values:
+            return None
+        bound = int(target.comparator.value.replace("_", ""), 0)
+        compare = {">": lambda a: a > bound, ">=": lambda a: a >= bound, "<": lambda a: a < bound,
+                   "<=": lambda a: a <= bound, "==": lambda a: a == bound, "!=": lambda a: a != bound}[operator]
+        answers = {compare(v) for v in values}
+        return answers.pop() if len(answers) == 1 else None
+
+    def _literals_in_call(self, name: cst.Name, context: tuple, sized: bool) -> Optional[list]:
+        """Every value `name` holds in the followed call as a Python literal (a list's or
+        tuple's length when `sized`); None when any is not a literal."""
+        from dplint.semantic import literal_value
+
+        found = []
+        for value in self.values_at(name, name, (), context, _MAX_DEPTH // 2):
+            expr = value.expr
+            if sized and isinstance(expr, (cst.List, cst.Tuple)) and not any(
+                    isinstance(e, cst.StarredElement) for e in expr.elements):
+                found.append(len(expr.elements))
+                continue
+            if sized or expr is None:
+                return None
+            try:
+                found.append(literal_value(expr))
+            except ValueError:
+                return None
+        return found
+
+    def _keyword_of_kwargs(self, call: cst.Call, path: Path, context: tuple, depth: int) -> Optional[list[Value]]:
+        """`kwargs.get("gpu_ids", [])` on a function's `**kwargs`, in a followed call of that
+        function: the keyword argument the call passes, else the default (None: cannot tell)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "get" and isinstance(func.value, cst.Name)
+                and call.args and isinstance(call.args[0].value, cst.SimpleString) and len(call.args) <= 2):
+            return None
+        entries = self._reaching(func.value.value, call)
+        if len(entries) != 1 or not isinstance(entries[0][0].node, cst.Param):
+            return None
+        param = entries[0][0].node
+        function = self.model.parent(self.model.parent(param))
+        if not isinstance(function, cst.FunctionDef) or function.params.star_kwarg is not param:
+            return None
+        frame = next((f for f in context if f[0] is function), None)
+        if frame is None:
+            return None
+        _, outer_call, caller, _bound = frame
+        rest = context[context.index(frame) + 1:]
+        if any(arg.star == "**" for arg in outer_call.args):
+            return None
+        keyword = call.args[0].value.evaluated_value
+        for arg in outer_call.args:
+            if arg.keyword is not None and arg.keyword.value == keyword:
+                return caller.flow.values_at(arg.value, outer_call, path, rest, depth - 1)
+        if len(call.args) == 2:
+            return self.values_at(call.args[1].value, call, path, context, depth - 1)
+        return None
+
     def _call_values(self, call: cst.Call, path: Path, context: tuple, depth: int) -> list[Value]:
+        if context:
+            from_kwargs = self._keyword_of_kwargs(call, path, context, depth)
+            if from_kwargs is not None:
+                return from_kwargs
         callee = self.callee(call)
         if callee is None or isinstance(callee.node, cst.ClassDef):
             return [Value(self.model, call, path)]
