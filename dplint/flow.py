@@ -186,6 +186,7 @@ class Flow:
         self._bases_binding: dict[tuple, list] = {}
         self._base_call_cache: dict[tuple, list] = {}
         self._calls_by_function: Optional[dict] = None
+        self._before_constructor_calls: set = set()
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -233,7 +234,36 @@ class Flow:
             inherited = self._inherited_binding(owner, key)
             return [(b, ()) for b in self.model.bindings.get(key, ()) if b.scope is owner] + (
                 [(inherited, ())] if inherited is not None else [])
+        before = self._constructor_only_callee(owner, key, method)
+        if before is not None:
+            return self._reaching_in(owner, key, at, method, before)
         return self._reaching_in(owner, key, at, method, self._left_by_others(owner, key, method))
+
+    def _constructor_only_callee(self, owner: "Scope", key: str, method: cst.CSTNode) -> Optional[list]:
+        """For a method called only by its class's `__init__` (`self.load(path)` before
+        `self.model = DataParallel(self.model)`) that does not bind `self.key` itself: what
+        reaches its calls there; None for any other method (what other methods leave)."""
+        if not isinstance(method, cst.FunctionDef) or method.name.value.startswith("__") \
+                or not isinstance(owner.node, cst.ClassDef):
+            return None
+        constructor = class_method(owner.node, "__init__")
+        if constructor is None or any(
+                b.scope is owner and _inside(self.model, b.node, method) for b in self.model.bindings.get(key, ())):
+            return None
+        sites = self.call_sites(method)
+        if not sites or any(_enclosing_function(self.model, call) is not constructor for call, _ in sites):
+            return None
+        guard = (id(method), key)
+        if guard in self._before_constructor_calls:
+            return None
+        self._before_constructor_calls.add(guard)
+        try:
+            found: list = []
+            for call, _ in sites:
+                found.extend(e for e in self._reaching_attribute(key, call, owner, self.model.scope(call)) if e not in found)
+            return found
+        finally:
+            self._before_constructor_calls.discard(guard)
 
     def _left_by_others(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list:
         """`_attribute_left`, and what the base classes left (`super().__init__(model)` wrapped
