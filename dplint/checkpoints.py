@@ -765,6 +765,44 @@ def _find_saved_parameters(model: SemanticModel, function: cst.FunctionDef, dept
                 if unwrapped is None or unwrapped >= ALL_WRAPPER_KINDS:
                     continue
             yield SavedParameter(name, keys, path, path_parameter, call, state_dict_call, unwrapped)
+    if depth > 1:
+        yield from _saved_by_inner_helpers(model, function, params, depth)
+
+
+def _saved_by_inner_helpers(model: SemanticModel, function: cst.FunctionDef, params: set, depth: int):
+    """The parameters a function saves by handing them to another helper that saves what it
+    gets: `def finetune(args, model): save_checkpoint({"student": model.state_dict()}, path)`
+    with `def save_checkpoint(state, path): torch.save(state, path)` saves `model.state_dict()`
+    under ("student",), so each caller's wrapper is reported where it is handed to `finetune`."""
+    for site in model.calls:
+        call = site.node
+        if site.qualified_name in (TORCH_SAVE, TORCH_LOAD) or not call.args or enclosing_def(model, call) is not function:
+            continue
+        if not any(not arg.star and _may_hold_state_dict(model, arg.value, call, 2) for arg in call.args):
+            continue  # cheap: only a call handing over a state dict may save one
+        target = called_function(model, call)
+        if target is None or target[1] is function:
+            continue
+        other, helper, bound = target
+        for inner in saved_parameters(other, helper, depth - 1):
+            if inner.state_dict_call is not None:
+                continue  # the helper saves its parameter's state_dict(): a state dict is not a model
+            if inner.name == FORWARDED_OBJECT:
+                passed = _forwarded(call, FORWARDED_OBJECT, bound)
+                path_argument = _forwarded(call, FORWARDED_PATH, bound)
+                path = checkpoint_path(model, path_argument, call) if path_argument is not None else inner.path
+            else:
+                passed = model.flow.parameter_argument(call, helper, inner.name, bound)
+                if passed is not None and passed is _default_of(helper, inner.name):
+                    continue
+                path = _helper_path(model, call, other, helper, bound, inner)
+            for name, keys, state_dict_call in _parameter_entries(model, passed, call, (), params, MAX_DEPTH):
+                unwrapped: Optional[frozenset] = frozenset()
+                if state_dict_call is not None:
+                    unwrapped = _unwrapped_kinds(model, state_dict_call, name)
+                    if unwrapped is None or unwrapped >= ALL_WRAPPER_KINDS:
+                        continue
+                yield SavedParameter(name, keys + inner.keys, path, None, None, state_dict_call, unwrapped)
 
 
 ALL_WRAPPER_KINDS = frozenset(WRAPPER_NAMES)
@@ -982,7 +1020,7 @@ def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
         return False
     text = model.code(expr)
     return text in {w.wrapper_key for w in model.wrappings} or any(text == owner.value for owner, _, _ in _submodule_wraps(model)) \
-        or _bound_to_averaged_model(model, expr)
+        or _bound_to_averaged_model(model, expr) or _bound_to_local_function_call(model, expr)
 
 
 _STATE_DICT_SPELLED: "weakref.WeakKeyDictionary[SemanticModel, bool]" = weakref.WeakKeyDictionary()
@@ -1004,6 +1042,21 @@ def _bound_to_averaged_model(model: SemanticModel, expr: cst.BaseExpression) -> 
     key = model.binding_key(expr, expr)
     return any(isinstance(b.value, cst.Call) and model.qualified_name(b.value.func) in AVERAGED_MODELS
                for b in model.bindings.get(key or "", ()))
+
+
+def _bound_to_local_function_call(model: SemanticModel, expr: cst.BaseExpression) -> bool:
+    """A name bound (maybe by tuple unpacking) to what a function of this file returns
+    (`self.netG, start = load_network()` with `return nn.DataParallel(netG), 0`)."""
+    key = model.binding_key(expr, expr)
+    for binding in model.bindings.get(key or "", ()):
+        node = binding.node
+        value = binding.value if binding.value is not None else getattr(node, "value", None) \
+            if isinstance(node, (cst.Assign, cst.AnnAssign)) else None
+        value = peel_self_returning(value) if value is not None else None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and any(
+                isinstance(b.node, cst.FunctionDef) for b in model.bindings.get(value.func.value, ())):
+            return True
+    return False
 
 
 def _bound_to_imported_call(model: SemanticModel, expr: cst.BaseExpression) -> bool:

@@ -49,7 +49,15 @@ class SaveWrappedStateDict(Rule):
     isinstance(model, nn.DataParallel): ... else: torch.save(model.state_dict(), f)` given a
     DistributedDataParallel), at the helper's `state_dict()` call. A project class derived
     from `DataParallel` / `DistributedDataParallel` is that wrapper, and batch-norm
-    converters (`convert_sync_batchnorm(m)`, `convert_model(m)`) keep it.
+    converters (`convert_sync_batchnorm(m)`, `convert_model(m)`) keep it. One helper may
+    hand the state dict on to another (`def fine_tune(net): write_checkpoint({"w":
+    net.state_dict()}, p)` with `def write_checkpoint(obj, p): torch.save(obj, p)`): every
+    caller of `fine_tune` that passes a wrapper is reported, however many callers there are
+    (the ones passing a bare model are not), as is a wrapper held in a name or `self.x` bound
+    to what a function of the file returns (`self.netG, start = load_network()`). A factory
+    whose wrap depends on an argument the call leaves at its empty default (`def init_net(net,
+    gpu_ids=[]): if len(gpu_ids) > 0: net = DataParallel(net)`, or `kwargs.get("gpu_ids",
+    [])` of a `**kwargs` the call does not fill) returns the bare model on that call.
 
     A model that holds a wrapper is flagged too, without a fix: one whose sub-module was
     replaced by its wrapper in place (`model.encoder = nn.DataParallel(model.encoder)`, then
