@@ -729,6 +729,9 @@ class SavedParameter:
     # test on the way unwraps first (`if isinstance(model, nn.DataParallel): ... else: <here>`).
     state_dict_call: Optional[cst.Call] = None
     unwrapped: frozenset = frozenset()
+    # `self.keep(model, folder)`: the parameter is handed on as is to a helper that saves its
+    # state dict; this argument at that call (where a wrapper it surely holds is reported)
+    handed_on: Optional[cst.BaseExpression] = None
 
 
 _SAVED_PARAMETERS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
@@ -778,15 +781,29 @@ def _saved_by_inner_helpers(model: SemanticModel, function: cst.FunctionDef, par
         call = site.node
         if site.qualified_name in (TORCH_SAVE, TORCH_LOAD) or not call.args or enclosing_def(model, call) is not function:
             continue
-        if not any(not arg.star and _may_hold_state_dict(model, arg.value, call, 2) for arg in call.args):
-            continue  # cheap: only a call handing over a state dict may save one
+        if not any(not arg.star and (_may_hold_state_dict(model, arg.value, call, 2) or _is_parameter(model, arg.value, call, params))
+                   for arg in call.args):
+            continue  # cheap: only a call handing over a state dict or a parameter may save one
         target = called_function(model, call)
         if target is None or target[1] is function:
             continue
         other, helper, bound = target
         for inner in saved_parameters(other, helper, depth - 1):
             if inner.state_dict_call is not None:
-                continue  # the helper saves its parameter's state_dict(): a state dict is not a model
+                # `self.save_checkpoint(model, path)` whose body saves `model.state_dict()`:
+                # this function's parameter, handed on as is, is saved the same way
+                if other is not model or inner.name == FORWARDED_OBJECT:
+                    continue
+                passed = model.flow.parameter_argument(call, helper, inner.name, bound)
+                if not _is_parameter(model, passed, call, params):
+                    continue
+                unwrapped = _unwrapped_kinds(model, call, passed.value)
+                if unwrapped is None or (unwrapped | inner.unwrapped) >= ALL_WRAPPER_KINDS:
+                    continue
+                path = _helper_path(model, call, other, helper, bound, inner)
+                yield SavedParameter(passed.value, inner.keys, path, None, None, inner.state_dict_call,
+                                     unwrapped | inner.unwrapped, passed)
+                continue
             if inner.name == FORWARDED_OBJECT:
                 passed = _forwarded(call, FORWARDED_OBJECT, bound)
                 path_argument = _forwarded(call, FORWARDED_PATH, bound)
@@ -918,13 +935,19 @@ def called_function(model: SemanticModel, call: cst.Call):
     if callee is not None and isinstance(callee.node, cst.FunctionDef):
         return callee.model, callee.node, callee.bound
     func = call.func
-    if not isinstance(func, cst.Attribute):
+    if isinstance(func, cst.Name):
+        # `early_stopping(val_loss, model, path)` with `early_stopping = EarlyStopping(...)`:
+        # the instance's `__call__` runs
+        holder, method_name = func, "__call__"
+    elif isinstance(func, cst.Attribute):
+        module_function = _project_module_function(model, func)
+        if module_function is not None:
+            return module_function
+        holder, method_name = func.value, func.attr.value
+    else:
         return None
-    module_function = _project_module_function(model, func)
-    if module_function is not None:
-        return module_function
     try:
-        instances = model.flow.values_at(func.value, call)
+        instances = model.flow.values_at(holder, call)
     except Exception:
         return None
     found = None
@@ -937,7 +960,7 @@ def called_function(model: SemanticModel, call: cst.Call):
             owner = None
         if owner is None or not isinstance(owner.node, cst.ClassDef):
             return None
-        method = class_method(owner.node, func.attr.value)
+        method = class_method(owner.node, method_name)
         if method is None or (found is not None and found[1] is not method):
             return None
         found = (owner.model, method, True)
@@ -1020,7 +1043,8 @@ def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
         return False
     text = model.code(expr)
     return text in {w.wrapper_key for w in model.wrappings} or any(text == owner.value for owner, _, _ in _submodule_wraps(model)) \
-        or _bound_to_averaged_model(model, expr) or _bound_to_local_function_call(model, expr)
+        or _bound_to_averaged_model(model, expr) or _bound_to_local_function_call(model, expr) \
+        or _left_by_a_base_class(model, expr)
 
 
 _STATE_DICT_SPELLED: "weakref.WeakKeyDictionary[SemanticModel, bool]" = weakref.WeakKeyDictionary()
@@ -1059,6 +1083,15 @@ def _bound_to_local_function_call(model: SemanticModel, expr: cst.BaseExpression
     return False
 
 
+def _left_by_a_base_class(model: SemanticModel, expr: cst.BaseExpression) -> bool:
+    """`self.model` read in a class whose project base class binds it (`self.model =
+    self._build_model()` in `Exp_Basic.__init__`, the subclass's `_build_model` wrapping)."""
+    key = model.binding_key(expr, expr)
+    scope = model.scope(expr).class_scope
+    return bool(key and key.startswith("self.") and scope is not None and isinstance(scope.node, cst.ClassDef)
+                and model.flow.bases_binding(scope.node, key))
+
+
 def _bound_to_imported_call(model: SemanticModel, expr: cst.BaseExpression) -> bool:
     if not isinstance(expr, (cst.Name, cst.Attribute)):
         return False
@@ -1082,6 +1115,9 @@ def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: 
         return
     if _checked_for_wrapper_saves(model, other) and wrapper_state_dict(other, saved.state_dict_call, saved.state_dict_call) is not None:
         return  # the helper's own file sees the wrapper (its only caller passes one): reported there
+    if saved.handed_on is not None and _checked_for_wrapper_saves(model, other) \
+            and other.flow.wrapped_on_some_path(saved.handed_on, saved.handed_on) is not None:
+        return  # where the helper hands it on, the wrapper is seen (its only caller): reported there
     if not model.wrappings and path_at(other, saved.state_dict_call):
         # the wrapper comes from another file's factory and the helper saves under a test
         # (`if len(self.gpu_ids) > 0: save(net.module...) else: save(net...)`) that may be

@@ -415,8 +415,11 @@ class Flow:
             to_base = [c for c in calls if c[2] is base_init and base_init is not None]
             context = ((base_init, to_base[0][0], self.model, to_base[0][3]),) if len(to_base) == 1 else ()
             for binding, conditions in flow._left_by_others(base_scope, key, None):
+                override = self._overriding_method(owner, base_model, binding)
                 if id(binding) in flow._inherited_of:
                     found = flow._inherited_values(base_scope, key, conditions, depth - 1)
+                elif override is not None:
+                    found = self.returned_values(Callee(self.model, override, True), binding.value, base_model, (), depth - 1)
                 else:
                     found = flow._binding_values(key, binding, conditions, context, depth - 1)
                 for value in found:
@@ -427,6 +430,21 @@ class Flow:
                     else:
                         values.append(Value(value.model, value.expr, path, value.binding))
         return values or [Value(self.model, None, path)]
+
+    def _overriding_method(self, owner: "Scope", base_model: "SemanticModel", binding: "Binding") -> Optional[cst.FunctionDef]:
+        """`self.model = self._build_model().to(device)` in a base class's method, where the
+        subclass `owner` (of this file) defines `_build_model` itself: on its instances the
+        subclass's method runs, so its returns are what the attribute holds."""
+        from dplint.semantic import peel_self_returning
+
+        value = peel_self_returning(binding.value)
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) \
+                or not isinstance(value.func.value, cst.Name) or not isinstance(owner.node, cst.ClassDef):
+            return None
+        method = _enclosing_function(base_model, binding.node)
+        if method is None or _instance_parameter(base_model, base_model.scope(method.body)) != value.func.value.value:
+            return None
+        return class_method(owner.node, value.func.attr.value)
 
     def branch_conditions(self, node: cst.CSTNode) -> Path:
         """The `if` tests around a node inside its own function (outermost first)."""

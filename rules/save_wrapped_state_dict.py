@@ -57,7 +57,12 @@ class SaveWrappedStateDict(Rule):
     to what a function of the file returns (`self.netG, start = load_network()`). A factory
     whose wrap depends on an argument the call leaves at its empty default (`def init_net(net,
     gpu_ids=[]): if len(gpu_ids) > 0: net = DataParallel(net)`, or `kwargs.get("gpu_ids",
-    [])` of a `**kwargs` the call does not fill) returns the bare model on that call.
+    [])` of a `**kwargs` the call does not fill) returns the bare model on that call. A
+    callable object counts as a helper (`early_stopping(loss, model, path)` runs `__call__`,
+    which hands `model` on to `self.save_checkpoint(model, path)`); reported where the wrapper is
+    handed over, once (not again at a caller whose wrapper the inner call already shows). In a
+    subclass, `self.model = self._build_model()` written in the base class's constructor runs
+    the subclass's own `_build_model`.
 
     A model that holds a wrapper is flagged too, without a fix: one whose sub-module was
     replaced by its wrapper in place (`model.encoder = nn.DataParallel(model.encoder)`, then
