@@ -252,7 +252,7 @@ def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at:
     live = [
         (wrapping, path)
         for wrapping, path in found
-        if _self_consistent(path) and consistent(path, here) and not _narrowed_out(wrapping, path)
+        if _self_consistent(path) and consistent(path, here) and not _narrowed_out(wrapping, (*path, *here))
         and not _ddp_without_group(wrapping, here)
     ]
     return found, live
@@ -1209,6 +1209,14 @@ def _saved_entries(model, save, path, expr, at, keys, via_name, depth):
     if found is not None:
         reached_by_name = via_name or found.call is not expr
         yield SavedWrapperStateDict(save, path, keys, found, reached_by_name)
+        return
+    value, _, chain = resolve(model, expr, at)
+    if isinstance(value, cst.IfExp):
+        # `m.module.state_dict() if cond else m.state_dict()`: each arm on its own path. An arm
+        # whose test is not about the wrapper (`device_count() > 1` on an always-wrapped model)
+        # still saves the wrapper's keys there.
+        for arm in (value.body, value.orelse):
+            yield from _saved_entries(model, save, path, arm, arm, keys, via_name or bool(chain), depth - 1)
         return
     for key, value, value_at, followed in _literal_items(model, expr, at):
         yield from _saved_entries(model, save, path, value, value_at, keys + (key,), via_name or followed, depth - 1)

@@ -35,7 +35,10 @@ class SaveWrappedStateDict(Rule):
     it stays silent: `if multi_gpu: model = DP(model)` ... `if multi_gpu: save(model.module
     .state_dict()) else: save(model.state_dict())`, `(model.module if multi_gpu else
     model).state_dict()`, and `m.module if isinstance(m, DP) else m` (or `hasattr(m,
-    "module")`). Saved wrapped on some paths only (a save after `if multi_gpu:` wrapped), it is
+    "module")`). Each arm of `m.module.state_dict() if <test> else m.state_dict()` is judged
+    on its own path: when the test is not what decided the wrap (`device_count() > 1` on a
+    model wrapped on every machine, the DDP flag while a DataParallel is built on the other
+    path), the else arm saves the wrapper's keys and is flagged. Saved wrapped on some paths only (a save after `if multi_gpu:` wrapped), it is
     flagged without a fix. Silent when the model is a parameter with several callers, or an
     unknown object.
 
