@@ -902,8 +902,17 @@ def _is_parameter(model: SemanticModel, expr, at: cst.CSTNode, params: set) -> b
 
 def _literal_items(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode):
     """(key, value, where it was written, whether a name was followed) for each entry with a
-    literal string key of the dict display `expr` is or holds: `{"model": sd, "epoch": e}`."""
+    literal string key of the dict display `expr` is or holds: `{"model": sd, "epoch": e}`;
+    for a list or tuple display, each element under its position "[i]"."""
     value, value_at, chain = resolve(model, expr, at)
+    if isinstance(value, (cst.List, cst.Tuple)):
+        # `states = [model.state_dict(), optimizer.state_dict(), step]`: keyed by position
+        # ("[0]", never equal to a string key a load reads)
+        for index, element in enumerate(value.elements):
+            if isinstance(element, cst.StarredElement):
+                return
+            yield f"[{index}]", element.value, value_at, bool(chain)
+        return
     if not isinstance(value, cst.Dict):
         return
     for element in value.elements:

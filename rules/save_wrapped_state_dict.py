@@ -25,7 +25,8 @@ class SaveWrappedStateDict(Rule):
     """
     ## What it does
     Flags `torch.save` of a `nn.DataParallel` / `DistributedDataParallel` wrapper's
-    `state_dict()`, directly or inside a saved dict (`{"model": ddp.state_dict(), ...}`).
+    `state_dict()`, directly or inside a saved dict (`{"model": ddp.state_dict(), ...}`) or
+    list (`[ddp.state_dict(), optimizer.state_dict(), step]`).
 
     The wrapper is followed per path: through every assignment that reaches the save, a
     same-file function that returns it (`model = build(net)` with `return DDP(net)`), an
