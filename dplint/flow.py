@@ -976,14 +976,15 @@ class Flow:
 
     def _literals_in_call(self, name: cst.Name, context: tuple, sized: bool) -> Optional[list]:
         """Every value `name` holds in the followed call as a Python literal (a list's or
-        tuple's length when `sized`); None when any is not a literal."""
+        tuple's length when `sized`: only a default, `gpu_ids=[]` or `kwargs.get("gpu_ids",
+        [])`, which nothing appends to before the call); None when any is not a literal."""
         from dplint.semantic import literal_value
 
         found = []
         for value in self.values_at(name, name, (), context, _MAX_DEPTH // 2):
             expr = value.expr
             if sized and isinstance(expr, (cst.List, cst.Tuple)) and not any(
-                    isinstance(e, cst.StarredElement) for e in expr.elements):
+                    isinstance(e, cst.StarredElement) for e in expr.elements) and _default_display(value.model, expr):
                 found.append(len(expr.elements))
                 continue
             if sized or expr is None:
@@ -1505,6 +1506,18 @@ def _comparison_text(model: "SemanticModel", test: cst.BaseExpression) -> Option
     negated = operator in _NEGATED_COMPARISONS
     operator = _NEGATED_COMPARISONS.get(operator, operator)
     return _SPACE.sub("", model.code(left)) + operator + _SPACE.sub("", model.code(right)), negated
+
+
+def _default_display(model: "SemanticModel", expr: cst.BaseExpression) -> bool:
+    """A list or tuple display that is a parameter's default or the default of a
+    `mapping.get(key, default)` call: a fresh object no code of the file filled (a display
+    bound to a name may be appended to: `ids = []; ids.append(0)`)."""
+    parent = model.parent(expr)
+    if isinstance(parent, cst.Param):
+        return parent.default is expr
+    call = model.parent(parent) if isinstance(parent, cst.Arg) else None
+    return isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "get" \
+        and len(call.args) == 2 and call.args[1] is parent
 
 
 def _is_none(expr) -> bool:
