@@ -258,6 +258,19 @@ def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at:
     return found, live
 
 
+def _wrapped_despite(model: SemanticModel, state_dict: WrapperStateDict, test) -> bool:
+    """Whether a wrapper reaches an arm of `... if <test> else ...` on a path that took
+    `test` itself (`if opt.distributed: DDP(...) elif n > 1: DataParallel(...)`, then
+    `m.module.state_dict() if opt.distributed else m.state_dict()`): the test was matched
+    and still leaves a wrapper. A test that matches no branch of the wrap (spelled otherwise,
+    `self.cfg.n_gpu` for `cfg.n_gpu`) says nothing: silent where it is wrapped only on some paths."""
+    paths = _wrapper_paths(model, state_dict.receiver, state_dict.call)
+    if paths is None:
+        return False
+    return any(wrapping is not None and any((c.test, c.scope) == (test.test, test.scope) for c in conditions)
+               for wrapping, conditions in paths[1])
+
+
 def _ddp_without_group(wrapping: Optional[Wrapping], here) -> bool:
     """A DDP wrapper where `dist.is_initialized()` failed: DDP cannot be built without the group."""
     return wrapping is not None and wrapping.kind == "DDP" and any(not c.holds and c.tests_process_group for c in here)
@@ -1224,8 +1237,11 @@ def _saved_entries(model, save, path, expr, at, keys, via_name, depth):
         # `m.module.state_dict() if cond else m.state_dict()`: each arm on its own path. An arm
         # whose test is not about the wrapper (`device_count() > 1` on an always-wrapped model)
         # still saves the wrapper's keys there.
+        test = model.flow.condition(value.test)
         for arm in (value.body, value.orelse):
-            yield from _saved_entries(model, save, path, arm, arm, keys, via_name or bool(chain), depth - 1)
+            for entry in _saved_entries(model, save, path, arm, arm, keys, via_name or bool(chain), depth - 1):
+                if entry.state_dict.every_path or _wrapped_despite(model, entry.state_dict, test):
+                    yield entry
         return
     for key, value, value_at, followed in _literal_items(model, expr, at):
         yield from _saved_entries(model, save, path, value, value_at, keys + (key,), via_name or followed, depth - 1)

@@ -39,7 +39,10 @@ class SaveWrappedStateDict(Rule):
     "module")`). Each arm of `m.module.state_dict() if <test> else m.state_dict()` is judged
     on its own path: when the test is not what decided the wrap (`device_count() > 1` on a
     model wrapped on every machine, the DDP flag while a DataParallel is built on the other
-    path), the else arm saves the wrapper's keys and is flagged. Saved wrapped on some paths only (a save after `if multi_gpu:` wrapped), it is
+    path), the else arm saves the wrapper's keys and is flagged. Where the model is wrapped
+    only on some paths, the arm is flagged only when its test is one the wrap's branches took
+    (spelled the same: `cfg.n_gpu > 1` around the wrap and `self.cfg.n_gpu > 1` around the save
+    are not matched, so it stays silent). Saved wrapped on some paths only (a save after `if multi_gpu:` wrapped), it is
     flagged without a fix. Silent when the model is a parameter with several callers, or an
     unknown object.
 
