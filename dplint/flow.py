@@ -213,8 +213,8 @@ class Flow:
         return self._reaching_in(owner, key, at, owner.node, initial=None)
 
     def _reaching_in(self, owner: "Scope", key: str, at: cst.CSTNode, body_owner: cst.CSTNode,
-                     initial: Optional[list]) -> list:
-        record_key = (owner, key, body_owner)
+                     initial: Optional[list], tag: str = "") -> list:
+        record_key = (owner, key, body_owner, tag) if tag else (owner, key, body_owner)
         records = self._records.get(record_key)
         if records is None:
             records = self._records[record_key] = {}
@@ -235,8 +235,8 @@ class Flow:
             return [(b, ()) for b in self.model.bindings.get(key, ()) if b.scope is owner] + (
                 [(inherited, ())] if inherited is not None else [])
         before = self._constructor_only_callee(owner, key, method)
-        if before is not None:
-            return self._reaching_in(owner, key, at, method, before)
+        if before is not None:  # a walk of its own: the method's usual walk starts elsewhere
+            return self._reaching_in(owner, key, at, method, before, tag="constructor calls")
         return self._reaching_in(owner, key, at, method, self._left_by_others(owner, key, method))
 
     def _constructor_only_callee(self, owner: "Scope", key: str, method: cst.CSTNode) -> Optional[list]:
@@ -260,7 +260,11 @@ class Flow:
         try:
             found: list = []
             for call, _ in sites:
-                found.extend(e for e in self._reaching_attribute(key, call, owner, self.model.scope(call)) if e not in found)
+                # Nothing of the constructor's own before the call (its walk may have started
+                # empty, for what it leaves): what the other methods leave (`self.build()`).
+                entries = self._reaching_attribute(key, call, owner, self.model.scope(call)) \
+                    or self._left_by_others(owner, key, constructor)
+                found.extend(e for e in entries if e not in found)
             return found
         finally:
             self._before_constructor_calls.discard(guard)

@@ -135,3 +135,28 @@ def test_a_base_constructor_storing_self_build_runs_the_subclass_override():
         """
     )
     assert sorted(c for c, _ in _values_of_use(model)) == ["DataParallel(net)", "Net()"]
+
+
+def test_a_constructor_only_method_after_a_builder_method_sees_the_builder_value():
+    model = model_of(
+        """
+        class Ranker:
+            def __init__(self, path, parallel):
+                self.build()
+                if path is not None:
+                    self.load(path)
+                self.model = self.model.to("cuda")
+                if parallel:
+                    self.model = DataParallel(self.model)
+
+            def load(self, path):
+                use(self.model)
+
+            def build(self):
+                self.model = Encoder()
+        """
+    )
+    # the constructor's own walk may already exist (what it leaves): the helper's is separate
+    model.flow._exit_state(model.scope(call_named(model, "use")).class_scope, "self.model",
+                           next(n for n in model.nodes() if isinstance(n, cst.FunctionDef) and n.name.value == "__init__"))
+    assert [c for c, _ in _values_of_use(model)] == ["Encoder()"]
