@@ -1006,8 +1006,8 @@ class Flow:
         if not (isinstance(func, cst.Attribute) and func.attr.value == "get" and isinstance(func.value, cst.Name)
                 and call.args and isinstance(call.args[0].value, cst.SimpleString) and len(call.args) <= 2):
             return None
-        entries = self._reaching(func.value.value, call)
-        if len(entries) != 1 or not isinstance(entries[0][0].node, cst.Param):
+        entries = self._reaching(func.value.value, call)  # the parameter, once per path
+        if not entries or any(b is not entries[0][0] for b, _ in entries) or not isinstance(entries[0][0].node, cst.Param):
             return None
         param = entries[0][0].node
         function = self.model.parent(self.model.parent(param))
