@@ -252,10 +252,23 @@ def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at:
     live = [
         (wrapping, path)
         for wrapping, path in found
-        if _self_consistent(path) and consistent(path, here) and not _narrowed_out(wrapping, path)
+        if _self_consistent(path) and consistent(path, here) and not _narrowed_out(wrapping, (*path, *here))
         and not _ddp_without_group(wrapping, here)
     ]
     return found, live
+
+
+def _wrapped_despite(model: SemanticModel, state_dict: WrapperStateDict, test) -> bool:
+    """Whether a wrapper reaches an arm of `... if <test> else ...` on a path that took
+    `test` itself (`if opt.distributed: DDP(...) elif n > 1: DataParallel(...)`, then
+    `m.module.state_dict() if opt.distributed else m.state_dict()`): the test was matched
+    and still leaves a wrapper. A test that matches no branch of the wrap (spelled otherwise,
+    `self.cfg.n_gpu` for `cfg.n_gpu`) says nothing: silent where it is wrapped only on some paths."""
+    paths = _wrapper_paths(model, state_dict.receiver, state_dict.call)
+    if paths is None:
+        return False
+    return any(wrapping is not None and any((c.test, c.scope) == (test.test, test.scope) for c in conditions)
+               for wrapping, conditions in paths[1])
 
 
 def _ddp_without_group(wrapping: Optional[Wrapping], here) -> bool:
@@ -729,6 +742,9 @@ class SavedParameter:
     # test on the way unwraps first (`if isinstance(model, nn.DataParallel): ... else: <here>`).
     state_dict_call: Optional[cst.Call] = None
     unwrapped: frozenset = frozenset()
+    # `self.keep(model, folder)`: the parameter is handed on as is to a helper that saves its
+    # state dict; this argument at that call (where a wrapper it surely holds is reported)
+    handed_on: Optional[cst.BaseExpression] = None
 
 
 _SAVED_PARAMETERS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
@@ -765,6 +781,58 @@ def _find_saved_parameters(model: SemanticModel, function: cst.FunctionDef, dept
                 if unwrapped is None or unwrapped >= ALL_WRAPPER_KINDS:
                     continue
             yield SavedParameter(name, keys, path, path_parameter, call, state_dict_call, unwrapped)
+    if depth > 1:
+        yield from _saved_by_inner_helpers(model, function, params, depth)
+
+
+def _saved_by_inner_helpers(model: SemanticModel, function: cst.FunctionDef, params: set, depth: int):
+    """The parameters a function saves by handing them to another helper that saves what it
+    gets: `def finetune(args, model): save_checkpoint({"student": model.state_dict()}, path)`
+    with `def save_checkpoint(state, path): torch.save(state, path)` saves `model.state_dict()`
+    under ("student",), so each caller's wrapper is reported where it is handed to `finetune`."""
+    for site in model.calls:
+        call = site.node
+        if site.qualified_name in (TORCH_SAVE, TORCH_LOAD) or not call.args or enclosing_def(model, call) is not function:
+            continue
+        if not any(not arg.star and (_may_hold_state_dict(model, arg.value, call, 2) or _is_parameter(model, arg.value, call, params))
+                   for arg in call.args):
+            continue  # cheap: only a call handing over a state dict or a parameter may save one
+        target = called_function(model, call)
+        if target is None or target[1] is function:
+            continue
+        other, helper, bound = target
+        for inner in saved_parameters(other, helper, depth - 1):
+            if inner.state_dict_call is not None:
+                # `self.save_checkpoint(model, path)` whose body saves `model.state_dict()`:
+                # this function's parameter, handed on as is, is saved the same way
+                if other is not model or inner.name == FORWARDED_OBJECT:
+                    continue
+                passed = model.flow.parameter_argument(call, helper, inner.name, bound)
+                if not _is_parameter(model, passed, call, params):
+                    continue
+                unwrapped = _unwrapped_kinds(model, call, passed.value)
+                if unwrapped is None or (unwrapped | inner.unwrapped) >= ALL_WRAPPER_KINDS:
+                    continue
+                path = _helper_path(model, call, other, helper, bound, inner)
+                yield SavedParameter(passed.value, inner.keys, path, None, None, inner.state_dict_call,
+                                     unwrapped | inner.unwrapped, passed)
+                continue
+            if inner.name == FORWARDED_OBJECT:
+                passed = _forwarded(call, FORWARDED_OBJECT, bound)
+                path_argument = _forwarded(call, FORWARDED_PATH, bound)
+                path = checkpoint_path(model, path_argument, call) if path_argument is not None else inner.path
+            else:
+                passed = model.flow.parameter_argument(call, helper, inner.name, bound)
+                if passed is not None and passed is _default_of(helper, inner.name):
+                    continue
+                path = _helper_path(model, call, other, helper, bound, inner)
+            for name, keys, state_dict_call in _parameter_entries(model, passed, call, (), params, MAX_DEPTH):
+                unwrapped: Optional[frozenset] = frozenset()
+                if state_dict_call is not None:
+                    unwrapped = _unwrapped_kinds(model, state_dict_call, name)
+                    if unwrapped is None or unwrapped >= ALL_WRAPPER_KINDS:
+                        continue
+                yield SavedParameter(name, keys + inner.keys, path, None, None, state_dict_call, unwrapped)
 
 
 ALL_WRAPPER_KINDS = frozenset(WRAPPER_NAMES)
@@ -847,8 +915,17 @@ def _is_parameter(model: SemanticModel, expr, at: cst.CSTNode, params: set) -> b
 
 def _literal_items(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode):
     """(key, value, where it was written, whether a name was followed) for each entry with a
-    literal string key of the dict display `expr` is or holds: `{"model": sd, "epoch": e}`."""
+    literal string key of the dict display `expr` is or holds: `{"model": sd, "epoch": e}`;
+    for a list or tuple display, each element under its position "[i]"."""
     value, value_at, chain = resolve(model, expr, at)
+    if isinstance(value, (cst.List, cst.Tuple)):
+        # `states = [model.state_dict(), optimizer.state_dict(), step]`: keyed by position
+        # ("[0]", never equal to a string key a load reads)
+        for index, element in enumerate(value.elements):
+            if isinstance(element, cst.StarredElement):
+                return
+            yield f"[{index}]", element.value, value_at, bool(chain)
+        return
     if not isinstance(value, cst.Dict):
         return
     for element in value.elements:
@@ -880,13 +957,19 @@ def called_function(model: SemanticModel, call: cst.Call):
     if callee is not None and isinstance(callee.node, cst.FunctionDef):
         return callee.model, callee.node, callee.bound
     func = call.func
-    if not isinstance(func, cst.Attribute):
+    if isinstance(func, cst.Name):
+        # `early_stopping(val_loss, model, path)` with `early_stopping = EarlyStopping(...)`:
+        # the instance's `__call__` runs
+        holder, method_name = func, "__call__"
+    elif isinstance(func, cst.Attribute):
+        module_function = _project_module_function(model, func)
+        if module_function is not None:
+            return module_function
+        holder, method_name = func.value, func.attr.value
+    else:
         return None
-    module_function = _project_module_function(model, func)
-    if module_function is not None:
-        return module_function
     try:
-        instances = model.flow.values_at(func.value, call)
+        instances = model.flow.values_at(holder, call)
     except Exception:
         return None
     found = None
@@ -899,7 +982,7 @@ def called_function(model: SemanticModel, call: cst.Call):
             owner = None
         if owner is None or not isinstance(owner.node, cst.ClassDef):
             return None
-        method = class_method(owner.node, func.attr.value)
+        method = class_method(owner.node, method_name)
         if method is None or (found is not None and found[1] is not method):
             return None
         found = (owner.model, method, True)
@@ -982,7 +1065,8 @@ def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
         return False
     text = model.code(expr)
     return text in {w.wrapper_key for w in model.wrappings} or any(text == owner.value for owner, _, _ in _submodule_wraps(model)) \
-        or _bound_to_averaged_model(model, expr)
+        or _bound_to_averaged_model(model, expr) or _bound_to_local_function_call(model, expr) \
+        or _left_by_a_base_class(model, expr)
 
 
 _STATE_DICT_SPELLED: "weakref.WeakKeyDictionary[SemanticModel, bool]" = weakref.WeakKeyDictionary()
@@ -1004,6 +1088,30 @@ def _bound_to_averaged_model(model: SemanticModel, expr: cst.BaseExpression) -> 
     key = model.binding_key(expr, expr)
     return any(isinstance(b.value, cst.Call) and model.qualified_name(b.value.func) in AVERAGED_MODELS
                for b in model.bindings.get(key or "", ()))
+
+
+def _bound_to_local_function_call(model: SemanticModel, expr: cst.BaseExpression) -> bool:
+    """A name bound (maybe by tuple unpacking) to what a function of this file returns
+    (`self.netG, start = load_network()` with `return nn.DataParallel(netG), 0`)."""
+    key = model.binding_key(expr, expr)
+    for binding in model.bindings.get(key or "", ()):
+        node = binding.node
+        value = binding.value if binding.value is not None else getattr(node, "value", None) \
+            if isinstance(node, (cst.Assign, cst.AnnAssign)) else None
+        value = peel_self_returning(value) if value is not None else None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and any(
+                isinstance(b.node, cst.FunctionDef) for b in model.bindings.get(value.func.value, ())):
+            return True
+    return False
+
+
+def _left_by_a_base_class(model: SemanticModel, expr: cst.BaseExpression) -> bool:
+    """`self.model` read in a class whose project base class binds it (`self.model =
+    self._build_model()` in `Exp_Basic.__init__`, the subclass's `_build_model` wrapping)."""
+    key = model.binding_key(expr, expr)
+    scope = model.scope(expr).class_scope
+    return bool(key and key.startswith("self.") and scope is not None and isinstance(scope.node, cst.ClassDef)
+                and model.flow.bases_binding(scope.node, key))
 
 
 def _bound_to_imported_call(model: SemanticModel, expr: cst.BaseExpression) -> bool:
@@ -1029,6 +1137,9 @@ def _helper_saves_wrapper_parameter(model, call, other, function, bound, saved: 
         return
     if _checked_for_wrapper_saves(model, other) and wrapper_state_dict(other, saved.state_dict_call, saved.state_dict_call) is not None:
         return  # the helper's own file sees the wrapper (its only caller passes one): reported there
+    if saved.handed_on is not None and _checked_for_wrapper_saves(model, other) \
+            and other.flow.wrapped_on_some_path(saved.handed_on, saved.handed_on) is not None:
+        return  # where the helper hands it on, the wrapper is seen (its only caller): reported there
     if not model.wrappings and path_at(other, saved.state_dict_call):
         # the wrapper comes from another file's factory and the helper saves under a test
         # (`if len(self.gpu_ids) > 0: save(net.module...) else: save(net...)`) that may be
@@ -1120,6 +1231,17 @@ def _saved_entries(model, save, path, expr, at, keys, via_name, depth):
     if found is not None:
         reached_by_name = via_name or found.call is not expr
         yield SavedWrapperStateDict(save, path, keys, found, reached_by_name)
+        return
+    value, _, chain = resolve(model, expr, at)
+    if isinstance(value, cst.IfExp):
+        # `m.module.state_dict() if cond else m.state_dict()`: each arm on its own path. An arm
+        # whose test is not about the wrapper (`device_count() > 1` on an always-wrapped model)
+        # still saves the wrapper's keys there.
+        test = model.flow.condition(value.test)
+        for arm in (value.body, value.orelse):
+            for entry in _saved_entries(model, save, path, arm, arm, keys, via_name or bool(chain), depth - 1):
+                if entry.state_dict.every_path or _wrapped_despite(model, entry.state_dict, test):
+                    yield entry
         return
     for key, value, value_at, followed in _literal_items(model, expr, at):
         yield from _saved_entries(model, save, path, value, value_at, keys + (key,), via_name or followed, depth - 1)

@@ -186,6 +186,7 @@ class Flow:
         self._bases_binding: dict[tuple, list] = {}
         self._base_call_cache: dict[tuple, list] = {}
         self._calls_by_function: Optional[dict] = None
+        self._before_constructor_calls: set = set()
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -212,8 +213,8 @@ class Flow:
         return self._reaching_in(owner, key, at, owner.node, initial=None)
 
     def _reaching_in(self, owner: "Scope", key: str, at: cst.CSTNode, body_owner: cst.CSTNode,
-                     initial: Optional[list]) -> list:
-        record_key = (owner, key, body_owner)
+                     initial: Optional[list], tag: str = "") -> list:
+        record_key = (owner, key, body_owner, tag) if tag else (owner, key, body_owner)
         records = self._records.get(record_key)
         if records is None:
             records = self._records[record_key] = {}
@@ -233,7 +234,40 @@ class Flow:
             inherited = self._inherited_binding(owner, key)
             return [(b, ()) for b in self.model.bindings.get(key, ()) if b.scope is owner] + (
                 [(inherited, ())] if inherited is not None else [])
+        before = self._constructor_only_callee(owner, key, method)
+        if before is not None:  # a walk of its own: the method's usual walk starts elsewhere
+            return self._reaching_in(owner, key, at, method, before, tag="constructor calls")
         return self._reaching_in(owner, key, at, method, self._left_by_others(owner, key, method))
+
+    def _constructor_only_callee(self, owner: "Scope", key: str, method: cst.CSTNode) -> Optional[list]:
+        """For a method called only by its class's `__init__` (`self.load(path)` before
+        `self.model = DataParallel(self.model)`) that does not bind `self.key` itself: what
+        reaches its calls there; None for any other method (what other methods leave)."""
+        if not isinstance(method, cst.FunctionDef) or method.name.value.startswith("__") \
+                or not isinstance(owner.node, cst.ClassDef):
+            return None
+        constructor = class_method(owner.node, "__init__")
+        if constructor is None or any(
+                b.scope is owner and _inside(self.model, b.node, method) for b in self.model.bindings.get(key, ())):
+            return None
+        sites = self.call_sites(method)
+        if not sites or any(_enclosing_function(self.model, call) is not constructor for call, _ in sites):
+            return None
+        guard = (id(method), key)
+        if guard in self._before_constructor_calls:
+            return None
+        self._before_constructor_calls.add(guard)
+        try:
+            found: list = []
+            for call, _ in sites:
+                # Nothing of the constructor's own before the call (its walk may have started
+                # empty, for what it leaves): what the other methods leave (`self.build()`).
+                entries = self._reaching_attribute(key, call, owner, self.model.scope(call)) \
+                    or self._left_by_others(owner, key, constructor)
+                found.extend(e for e in entries if e not in found)
+            return found
+        finally:
+            self._before_constructor_calls.discard(guard)
 
     def _left_by_others(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list:
         """`_attribute_left`, and what the base classes left (`super().__init__(model)` wrapped
@@ -385,8 +419,11 @@ class Flow:
             to_base = [c for c in calls if c[2] is base_init and base_init is not None]
             context = ((base_init, to_base[0][0], self.model, to_base[0][3]),) if len(to_base) == 1 else ()
             for binding, conditions in flow._left_by_others(base_scope, key, None):
+                override = self._overriding_method(owner, base_model, binding)
                 if id(binding) in flow._inherited_of:
                     found = flow._inherited_values(base_scope, key, conditions, depth - 1)
+                elif override is not None:
+                    found = self.returned_values(Callee(self.model, override, True), binding.value, base_model, (), depth - 1)
                 else:
                     found = flow._binding_values(key, binding, conditions, context, depth - 1)
                 for value in found:
@@ -397,6 +434,21 @@ class Flow:
                     else:
                         values.append(Value(value.model, value.expr, path, value.binding))
         return values or [Value(self.model, None, path)]
+
+    def _overriding_method(self, owner: "Scope", base_model: "SemanticModel", binding: "Binding") -> Optional[cst.FunctionDef]:
+        """`self.model = self._build_model().to(device)` in a base class's method, where the
+        subclass `owner` (of this file) defines `_build_model` itself: on its instances the
+        subclass's method runs, so its returns are what the attribute holds."""
+        from dplint.semantic import peel_self_returning
+
+        value = peel_self_returning(binding.value)
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) \
+                or not isinstance(value.func.value, cst.Name) or not isinstance(owner.node, cst.ClassDef):
+            return None
+        method = _enclosing_function(base_model, binding.node)
+        if method is None or _instance_parameter(base_model, base_model.scope(method.body)) != value.func.value.value:
+            return None
+        return class_method(owner.node, value.func.attr.value)
 
     def branch_conditions(self, node: cst.CSTNode) -> Path:
         """The `if` tests around a node inside its own function (outermost first)."""
@@ -834,6 +886,8 @@ class Flow:
             return [Value(model, None, path)]
         values: list[Value] = []
         for binding, conditions in entries:
+            if _context and self._dead_in_call(binding, _context):
+                continue
             joined = _join(path, conditions)
             if id(binding) in self._inherited_of:
                 values.extend(self._inherited_values(self._inherited_of[id(binding)], key, joined, _depth))
@@ -868,7 +922,117 @@ class Flow:
             return []
         return [v.expr for v in values]
 
+    def _dead_in_call(self, binding: "Binding", context: tuple) -> bool:
+        """Whether the call being followed never reaches `binding`: it sits under an `if` of
+        that function whose test this call's arguments decide against it (`if len(gpu_ids) >
+        0: net = DataParallel(net, gpu_ids)` in `init_net(net, gpu_ids=[])` called without
+        `gpu_ids`). Only tests on the function's own names whose every value is a literal."""
+        function = context[0][0]
+        node = binding.node
+        if isinstance(node, cst.Param) or _enclosing_function(self.model, node) is not function:
+            return False
+        child = node
+        for ancestor in self.model.ancestors(node):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                truth = self._truth_in_call(ancestor.test, context)
+                if truth is not None and truth != (child is ancestor.body):
+                    return True
+            child = ancestor
+        return False
+
+    def _truth_in_call(self, test: cst.BaseExpression, context: tuple) -> Optional[bool]:
+        """The truth of `x`, `not x`, `len(x) > 1`, `x >= 2` (`x` a name) when every value the
+        followed call gives `x` is a literal (a list or tuple counts by its length); else None."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self._truth_in_call(test.expression, context)
+            return None if inner is None else not inner
+        if isinstance(test, cst.Name):
+            values = self._literals_in_call(test, context, sized=False)
+            answers = {bool(v) for v in values} if values is not None else set()
+            return answers.pop() if len(answers) == 1 else None
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return None
+        target = test.comparisons[0]
+        operators = {cst.GreaterThan: ">", cst.GreaterThanEqual: ">=", cst.LessThan: "<",
+                     cst.LessThanEqual: "<=", cst.Equal: "==", cst.NotEqual: "!="}
+        operator = operators.get(type(target.operator))
+        if operator is None or not isinstance(target.comparator, cst.Integer):
+            return None
+        left = test.left
+        if isinstance(left, cst.Call) and isinstance(left.func, cst.Name) and left.func.value == "len" \
+                and len(left.args) == 1 and isinstance(left.args[0].value, cst.Name):
+            values = self._literals_in_call(left.args[0].value, context, sized=True)
+        elif isinstance(left, cst.Name):
+            values = self._literals_in_call(left, context, sized=False)
+            if values is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                return None
+        else:
+            return None
+        if not values:
+            return None
+        bound = int(target.comparator.value.replace("_", ""), 0)
+        compare = {">": lambda a: a > bound, ">=": lambda a: a >= bound, "<": lambda a: a < bound,
+                   "<=": lambda a: a <= bound, "==": lambda a: a == bound, "!=": lambda a: a != bound}[operator]
+        answers = {compare(v) for v in values}
+        return answers.pop() if len(answers) == 1 else None
+
+    def _literals_in_call(self, name: cst.Name, context: tuple, sized: bool) -> Optional[list]:
+        """Every value `name` holds in the followed call as a Python literal (a list's or
+        tuple's length when `sized`: only a default, `gpu_ids=[]` or `kwargs.get("gpu_ids",
+        [])`, which nothing appends to before the call); None when any is not a literal."""
+        from dplint.semantic import literal_value
+
+        found = []
+        for value in self.values_at(name, name, (), context, _MAX_DEPTH // 2):
+            expr = value.expr
+            if sized and isinstance(expr, (cst.List, cst.Tuple)) and not any(
+                    isinstance(e, cst.StarredElement) for e in expr.elements) and _default_display(value.model, expr):
+                found.append(len(expr.elements))
+                continue
+            if sized or expr is None:
+                return None
+            try:
+                found.append(literal_value(expr))
+            except ValueError:
+                return None
+        return found
+
+    def _keyword_of_kwargs(self, call: cst.Call, path: Path, context: tuple, depth: int) -> Optional[list[Value]]:
+        """`kwargs.get("gpu_ids", [])` on a function's `**kwargs`, in a followed call of that
+        function: the keyword argument the call passes, else the default (None: cannot tell)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "get" and isinstance(func.value, cst.Name)
+                and call.args and isinstance(call.args[0].value, cst.SimpleString) and len(call.args) <= 2):
+            return None
+        entries = self._reaching(func.value.value, call)  # the parameter, once per path
+        if not entries or any(b is not entries[0][0] for b, _ in entries) or not isinstance(entries[0][0].node, cst.Param):
+            return None
+        param = entries[0][0].node
+        function = self.model.parent(self.model.parent(param))
+        if not isinstance(function, cst.FunctionDef) or function.params.star_kwarg is not param:
+            return None
+        frame = next((f for f in context if f[0] is function), None)
+        if frame is None:
+            return None
+        _, outer_call, caller, _bound = frame
+        rest = context[context.index(frame) + 1:]
+        if any(arg.star == "**" for arg in outer_call.args):
+            return None
+        keyword = call.args[0].value.evaluated_value
+        for arg in outer_call.args:
+            if arg.keyword is not None and arg.keyword.value == keyword:
+                return caller.flow.values_at(arg.value, outer_call, path, rest, depth - 1)
+        if len(call.args) == 2:
+            return self.values_at(call.args[1].value, call, path, context, depth - 1)
+        return None
+
     def _call_values(self, call: cst.Call, path: Path, context: tuple, depth: int) -> list[Value]:
+        if context:
+            from_kwargs = self._keyword_of_kwargs(call, path, context, depth)
+            if from_kwargs is not None:
+                return from_kwargs
         callee = self.callee(call)
         if callee is None or isinstance(callee.node, cst.ClassDef):
             return [Value(self.model, call, path)]
@@ -1346,6 +1510,18 @@ def _comparison_text(model: "SemanticModel", test: cst.BaseExpression) -> Option
     negated = operator in _NEGATED_COMPARISONS
     operator = _NEGATED_COMPARISONS.get(operator, operator)
     return _SPACE.sub("", model.code(left)) + operator + _SPACE.sub("", model.code(right)), negated
+
+
+def _default_display(model: "SemanticModel", expr: cst.BaseExpression) -> bool:
+    """A list or tuple display that is a parameter's default or the default of a
+    `mapping.get(key, default)` call: a fresh object no code of the file filled (a display
+    bound to a name may be appended to: `ids = []; ids.append(0)`)."""
+    parent = model.parent(expr)
+    if isinstance(parent, cst.Param):
+        return parent.default is expr
+    call = model.parent(parent) if isinstance(parent, cst.Arg) else None
+    return isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "get" \
+        and len(call.args) == 2 and call.args[1] is parent
 
 
 def _is_none(expr) -> bool:

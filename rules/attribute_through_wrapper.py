@@ -46,7 +46,9 @@ class AttributeThroughWrapper(Rule):
     another file (a factory's `if opt.isTrain:`; but where the only bare path is this file's own
     `net.module if n_gpu > 1 else net` of a wrapper the other file always builds, the other path is
     that wrapper and is flagged), when the attribute is assigned on the wrapper in the file
-    (`ddp.epoch = 0`), under the very test that made the wrapper that has the attribute when
+    (`ddp.epoch = 0`; or on the same wrapper object through another name, in this file or the
+    one that made it: `dp.optimize = False`, read as `feature_maker.optimize` in the function
+    `dp` is passed to), under the very test that made the wrapper that has the attribute when
     the wrapper lacking it was made under another (`if n_gpu > 1: DataParallel` /
     `elif local_rank != -1: DDP`, then `if step_skips and local_rank != -1: model.no_sync()`:
     the parts of a compound test are judged one by one), and under a test of the object itself (`if hasattr(m, "features")`,
@@ -132,6 +134,7 @@ class AttributeThroughWrapper(Rule):
         if only_inherited and not inherited_wrappers(model):
             return  # no wrapper built here, returned by a helper the file calls or left by a base class
         stored = _assigned_attributes(model)
+        stores: dict = {}  # per model: attribute -> the Attribute nodes that assign it
         for node in model.nodes():
             if not isinstance(node, cst.Attribute) or is_store(model, node):
                 continue
@@ -146,6 +149,9 @@ class AttributeThroughWrapper(Rule):
             wrappings = [w for w in wrappings if not wrapper_has(w.kind, attribute) and not wraps_optimizer(model, w)]
             if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
                 continue
+            wrappings = [w for w in wrappings if not _set_on_wrapper(model, w, attribute, stores)]
+            if not wrappings:
+                continue  # `dp.optimize = False` on that very wrapper, read here under another name
             if bare and not any(wrapping_model(model, w) is model for w in wrappings) \
                     and not bare_only_where_unwrapped(model, base, node) \
                     and not made_by_a_base_class(model, base, node, wrappings):
@@ -230,6 +236,26 @@ def bare_only_where_unwrapped(model: SemanticModel, base: cst.BaseExpression, at
             return False
         unwrapped += 1
     return unwrapped > 0
+
+
+def _set_on_wrapper(model: SemanticModel, wrapping, attribute: str, stores: dict) -> bool:
+    """Whether `attribute` is assigned on the wrapper object `wrapping` made, through any name
+    that holds it (`model = DataParallel(net); model.optimize = False`, then read as
+    `feature_maker.optimize` in the function it is passed to): an instance attribute of the
+    wrapper, so the read works. Stores of this file and of the file that made the wrapper."""
+    for owner in dict.fromkeys((model, wrapping_model(model, wrapping))):
+        if owner is None:
+            continue
+        if id(owner) not in stores:
+            found: dict = {}
+            for node in owner.nodes():
+                if isinstance(node, cst.Attribute) and is_store(owner, node):
+                    found.setdefault(node.attr.value, []).append(node)
+            stores[id(owner)] = found
+        for store in stores[id(owner)].get(attribute, ()):
+            if any(value.known and value.expr is wrapping.call for value in owner.flow.values_at(store.value, store)):
+                return True
+    return False
 
 
 def _assigned_attributes(model: SemanticModel) -> set[tuple[str, str]]:

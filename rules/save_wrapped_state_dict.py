@@ -25,7 +25,8 @@ class SaveWrappedStateDict(Rule):
     """
     ## What it does
     Flags `torch.save` of a `nn.DataParallel` / `DistributedDataParallel` wrapper's
-    `state_dict()`, directly or inside a saved dict (`{"model": ddp.state_dict(), ...}`).
+    `state_dict()`, directly or inside a saved dict (`{"model": ddp.state_dict(), ...}`) or
+    list (`[ddp.state_dict(), optimizer.state_dict(), step]`).
 
     The wrapper is followed per path: through every assignment that reaches the save, a
     same-file function that returns it (`model = build(net)` with `return DDP(net)`), an
@@ -35,7 +36,13 @@ class SaveWrappedStateDict(Rule):
     it stays silent: `if multi_gpu: model = DP(model)` ... `if multi_gpu: save(model.module
     .state_dict()) else: save(model.state_dict())`, `(model.module if multi_gpu else
     model).state_dict()`, and `m.module if isinstance(m, DP) else m` (or `hasattr(m,
-    "module")`). Saved wrapped on some paths only (a save after `if multi_gpu:` wrapped), it is
+    "module")`). Each arm of `m.module.state_dict() if <test> else m.state_dict()` is judged
+    on its own path: when the test is not what decided the wrap (`device_count() > 1` on a
+    model wrapped on every machine, the DDP flag while a DataParallel is built on the other
+    path), the else arm saves the wrapper's keys and is flagged. Where the model is wrapped
+    only on some paths, the arm is flagged only when its test is one the wrap's branches took
+    (spelled the same: `cfg.n_gpu > 1` around the wrap and `self.cfg.n_gpu > 1` around the save
+    are not matched, so it stays silent). Saved wrapped on some paths only (a save after `if multi_gpu:` wrapped), it is
     flagged without a fix. Silent when the model is a parameter with several callers, or an
     unknown object.
 
@@ -49,7 +56,20 @@ class SaveWrappedStateDict(Rule):
     isinstance(model, nn.DataParallel): ... else: torch.save(model.state_dict(), f)` given a
     DistributedDataParallel), at the helper's `state_dict()` call. A project class derived
     from `DataParallel` / `DistributedDataParallel` is that wrapper, and batch-norm
-    converters (`convert_sync_batchnorm(m)`, `convert_model(m)`) keep it.
+    converters (`convert_sync_batchnorm(m)`, `convert_model(m)`) keep it. One helper may
+    hand the state dict on to another (`def fine_tune(net): write_checkpoint({"w":
+    net.state_dict()}, p)` with `def write_checkpoint(obj, p): torch.save(obj, p)`): every
+    caller of `fine_tune` that passes a wrapper is reported, however many callers there are
+    (the ones passing a bare model are not), as is a wrapper held in a name or `self.x` bound
+    to what a function of the file returns (`self.netG, start = load_network()`). A factory
+    whose wrap depends on an argument the call leaves at its empty default (`def init_net(net,
+    gpu_ids=[]): if len(gpu_ids) > 0: net = DataParallel(net)`, or `kwargs.get("gpu_ids",
+    [])` of a `**kwargs` the call does not fill) returns the bare model on that call. A
+    callable object counts as a helper (`early_stopping(loss, model, path)` runs `__call__`,
+    which hands `model` on to `self.save_checkpoint(model, path)`); reported where the wrapper is
+    handed over, once (not again at a caller whose wrapper the inner call already shows). In a
+    subclass, `self.model = self._build_model()` written in the base class's constructor runs
+    the subclass's own `_build_model`.
 
     A model that holds a wrapper is flagged too, without a fix: one whose sub-module was
     replaced by its wrapper in place (`model.encoder = nn.DataParallel(model.encoder)`, then
