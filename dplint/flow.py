@@ -582,7 +582,7 @@ class Flow:
             # `is_distributed(model)` with `def is_distributed(m): return isinstance(m, DDP)`
             # is the test `isinstance(model, DDP)` itself, wherever it is spelled either way
             return Condition(inlined, holds, 0)
-        compared = _comparison_text(self.model, test)
+        compared = _type_test_text(self.model, test) or _comparison_text(self.model, test)
         if compared is not None:
             # `len(ids) <= 1` is `not len(ids) > 1`; `1 < len(ids)` is `len(ids) > 1`
             text, negated = compared
@@ -676,6 +676,9 @@ class Flow:
                 or params.star_kwarg is not None or params.kwonly_params or len(params.params) != len(call.args):
             return None
         text = _SPACE.sub("", callee.model.code(returned.value))
+        type_test = _type_test_text(callee.model, returned.value)
+        if type_test is not None and not type_test[1]:
+            text = type_test[0]  # `return type(m) in (DP, DDP)`: the isinstance test, as it is read anywhere
         # locals set before the return (`kinds = (DP, DDP)`; `return isinstance(m, kinds)`)
         for line in reversed(body[:-1]):
             assign = line.body[0]
@@ -1330,6 +1333,29 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
 
 _NEGATED_COMPARISONS = {"<=": ">", ">=": "<", "!=": "==", "isnot": "is", "notin": "in"}
 _MIRRORED_COMPARISONS = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _type_test_text(model: "SemanticModel", test: cst.BaseExpression) -> Optional[tuple[str, bool]]:
+    """(text, negated) of a test of an object's exact class spelled as the `isinstance` test it
+    stands for: `type(m) is DDP` and `type(m) == DDP` are `isinstance(m,DDP)`, `type(m) in (DP,
+    DDP)` is `isinstance(m,(DP,DDP))`, `is not` / `!=` / `not in` their negations (exact class
+    against isinstance differs only for a subclass of the class tested); None for anything else."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    left, target = test.left, test.comparisons[0]
+    if not (isinstance(left, cst.Call) and isinstance(left.func, cst.Name) and left.func.value == "type"
+            and len(left.args) == 1 and left.args[0].keyword is None and not left.args[0].star):
+        return None
+    operator = _SPACE.sub("", model.code(target.operator))
+    classes = target.comparator
+    if operator in ("in", "notin") and not (isinstance(classes, cst.Tuple) and classes.elements):
+        return None  # `type(m) in kinds`: a name whose tuple we do not look up
+    if operator not in ("is", "isnot", "==", "!=", "in", "notin"):
+        return None
+    text = _SPACE.sub("", model.code(classes))
+    if isinstance(classes, cst.Tuple) and not classes.lpar:
+        text = "(" + text + ")"
+    return "isinstance(" + _SPACE.sub("", model.code(left.args[0].value)) + "," + text + ")", operator in ("isnot", "!=", "notin")
 
 
 def _comparison_text(model: "SemanticModel", test: cst.BaseExpression) -> Optional[tuple[str, bool]]:

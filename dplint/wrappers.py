@@ -80,6 +80,38 @@ def _excluded_by_a_check(path, wrapped: bool) -> bool:
     return any(_WRAPPER_CHECK.match(c.test) and c.holds != wrapped for c in path)
 
 
+def _checks_here(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> tuple:
+    """The tests of the object `expr` itself that enclose `at`, a conditional expression's
+    included (`m.module if is_parallel(m) else m`: a value reaching `m` does not carry the
+    test, unlike an `if` statement's): a test of another object says nothing about this one."""
+    target = _SPACE.sub("", model.code(expr))
+    found = []
+    for condition in conditions_at(model, at):
+        match = _WRAPPER_CHECK.match(condition.test)
+        if match and _tested_object(condition.test) == target:
+            found.append(condition)
+    return tuple(found)
+
+
+def _tested_object(test: str) -> str:
+    """The first argument of `hasattr(m,...)` / `isinstance(m,...)` / `type(m)...` (no spaces)."""
+    inner = test[test.index("(") + 1:]
+    depth = 0
+    for index, char in enumerate(inner):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return inner[:index]
+            depth -= 1
+        elif char == "," and depth == 0:
+            return inner[:index]
+    return inner
+
+
+_SPACE = re.compile(r"\s+")
+
+
 def wrapper_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> tuple[list[Wrapping], int, int]:
     """(wrappings `expr` may hold at `at`, paths where it is a wrapper, paths where it is not).
 
@@ -87,8 +119,9 @@ def wrapper_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNod
     several callers) counts as "not a wrapper" for the second number and as unknown for the
     third: callers that need certainty check `unknown_paths` themselves."""
     wrapped, bare, found = 0, 0, []
+    checks = _checks_here(model, expr, at)
     for wrapping, path in model.flow.wrappings_at(expr, at):
-        if not feasible((*path, *conditions_at(model, at))) or _excluded_by_a_check(path, wrapping is not None):
+        if not feasible((*path, *conditions_at(model, at))) or _excluded_by_a_check((*path, *checks), wrapping is not None):
             continue
         if wrapping is None:
             bare += 1
@@ -116,8 +149,9 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
             if value.binding is not None:
                 inner_bindings.add(id(value.binding))
     count = 0
+    checks = _checks_here(model, expr, at)
     for value in model.flow.values_at(expr, at):
-        if not feasible((*value.conditions, *conditions_at(model, at))) or _excluded_by_a_check(value.conditions, False):
+        if not feasible((*value.conditions, *conditions_at(model, at))) or _excluded_by_a_check((*value.conditions, *checks), False):
             continue
         if value.known and any(w.call is value.expr for w in value.model.wrappings):
             continue
