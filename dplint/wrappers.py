@@ -163,14 +163,53 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
 
 
 def _builds_project_class(model: SemanticModel, call: cst.Call) -> bool:
-    """`Net()` for a class of the project that is not itself a wrapper subclass
-    (`class DataParallelWithCallback(DataParallel)` is one)."""
+    """`Net()` for a class of the project whose objects have no `module` attribute of their
+    own: not a wrapper subclass (`class DataParallelWithCallback(DataParallel)` is one), nor
+    the project's own wrapper that keeps the model at `self.module` like torch's wrappers do."""
     callee = model.flow.callee(call)
     if callee is None or not isinstance(callee.node, cst.ClassDef):
         return False
-    return not any(
-        (dotted_name(base.value) or "").endswith("DataParallel") for base in callee.node.bases
-    )
+    return not class_has_module(callee.model, callee.node)
+
+
+def class_has_module(model: SemanticModel, class_node: cst.ClassDef) -> bool:
+    """Whether objects of a project class have `.module` (or may, by forwarding): the class or
+    one of its project bases subclasses a torch wrapper (`...DataParallel`), assigns
+    `self.module = ...` in a method (`class WrappedModel(nn.Module)` keeping the model there),
+    defines `module` in its body, or answers unknown attributes itself (`__getattr__`)."""
+    classes = [(model, class_node), *model.flow.project_bases(class_node)]
+    for owner, node in classes:
+        if any((dotted_name(base.value) or "").endswith("DataParallel") for base in node.bases):
+            return True
+        if _sets_own_module(owner, node):
+            return True
+    return False
+
+
+def _sets_own_module(model: SemanticModel, class_node: cst.ClassDef) -> bool:
+    statements = class_node.body.body if isinstance(class_node.body, cst.IndentedBlock) else ()
+    for statement in statements:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value in ("module", "__getattr__"):
+            return True
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, (cst.Assign, cst.AnnAssign)) and "module" in _target_names(small) for small in statement.body
+        ):
+            return True
+    stack = [class_node.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and node.attr.value == "module" and isinstance(node.value, cst.Name) \
+                and node.value.value == "self" and is_store(model, node):
+            return True
+        if isinstance(node, cst.ClassDef) and node is not class_node:
+            continue
+        stack.extend(model.children(node))
+    return False
+
+
+def _target_names(statement) -> set[str]:
+    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+    return {t.value for t in targets if isinstance(t, cst.Name)}
 
 
 def wrapping_model(model: SemanticModel, wrapping: Wrapping) -> Optional[SemanticModel]:
