@@ -513,7 +513,8 @@ class Flow:
             handler_in = _merge(state, body) if body is not None else state
             ends = []
             for handler in statement.handlers:
-                entry = self._bind_here(handler, handler_in, ctx)
+                guard = self.handler_conditions(statement, handler)
+                entry = self._bind_here(handler, _extend(handler_in, guard), _join(ctx, guard))
                 self._records_now[handler] = entry
                 ends.append(self._walk_block(_blocks(handler.body), entry, ctx))
             if statement.orelse is not None and body is not None:
@@ -614,6 +615,29 @@ class Flow:
                 argument_name, caller_scope = passed
                 return Condition(argument_name + text[len(root.value):], holds, caller_scope)
         return Condition(text, holds, scope)
+
+    def handler_conditions(self, statement: cst.CSTNode, handler: cst.ExceptHandler) -> Path:
+        """What holds where an `except` that catches AttributeError (bare, `Exception`,
+        `BaseException`, a tuple naming one) runs after a `try` whose body reads `.module` of
+        one object: `try: sd = net.module.state_dict() except AttributeError: sd =
+        net.state_dict()` runs the handler for a bare `net`, the test `hasattr(net, "module")`
+        failed. Nothing for other handlers, or reads of `.module` from several objects."""
+        if not catches_attribute_error(handler):
+            return ()
+        targets: dict = {}
+        stack = list(_blocks(statement.body))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            if isinstance(node, cst.Attribute) and node.attr.value == "module" \
+                    and isinstance(node.value, (cst.Name, cst.Attribute)):
+                targets.setdefault(_SPACE.sub("", self.model.code(node.value)), node.value)
+            stack.extend(self.model.children(node))
+        if len(targets) != 1:
+            return ()
+        (text,) = targets
+        return (Condition(f'hasattr({text},"module")', False, 0),)
 
     def boolean_alias(self, name: cst.Name) -> Optional[tuple[cst.BaseExpression, bool]]:
         """(test, negated) when `name` is a local of a function bound once, by a plain
@@ -1333,6 +1357,22 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
 
 _NEGATED_COMPARISONS = {"<=": ">", ">=": "<", "!=": "==", "isnot": "is", "notin": "in"}
 _MIRRORED_COMPARISONS = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def catches_attribute_error(handler: cst.ExceptHandler) -> bool:
+    """`except:`, `except AttributeError`, `except Exception as e`, `except (KeyError,
+    AttributeError)`: a handler that an AttributeError raised in the `try` reaches."""
+    kinds = handler.type
+    if kinds is None:
+        return True
+    names = kinds.elements if isinstance(kinds, cst.Tuple) else [kinds]
+    for item in names:
+        value = item.value if isinstance(item, cst.Element) else item
+        if isinstance(value, cst.Attribute):
+            value = value.attr
+        if isinstance(value, cst.Name) and value.value in ("AttributeError", "Exception", "BaseException"):
+            return True
+    return False
 
 
 def _type_test_text(model: "SemanticModel", test: cst.BaseExpression) -> Optional[tuple[str, bool]]:

@@ -17,6 +17,7 @@ from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
+from dplint.flow import catches_attribute_error
 from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value
 
 # Public attributes of `nn.Module()` in torch 2.13.
@@ -315,6 +316,21 @@ def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str,
     if function in ("hasattr", "isinstance", "type"):
         return not negate
     return None
+
+
+def attribute_error_handled(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """Whether `node` runs in the body of a `try` (in its own function) that an `except`
+    catching AttributeError follows (`except AttributeError:`, bare, `Exception`): the
+    `try: m.module ... except: <bare-model fallback>` idiom handles the bare model itself."""
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.Try) and child is ancestor.body \
+                and any(catches_attribute_error(handler) for handler in ancestor.handlers):
+            return True
+        child = ancestor
+    return False
 
 
 def is_store(model: SemanticModel, node: cst.Attribute) -> bool:

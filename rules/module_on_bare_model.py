@@ -11,6 +11,7 @@ from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Viola
 from dplint.semantic import SemanticModel
 from dplint.training import wrappings as wrappers_built
 from dplint.wrappers import (
+    attribute_error_handled,
     conditions_at,
     is_store,
     known_bare_paths,
@@ -152,6 +153,8 @@ class ModuleOnBareModel(Rule):
                 continue
             if known_bare_paths(model, base, node, wrappings) == 0:
                 continue
+            if attribute_error_handled(model, node):
+                continue  # `try: m.module ... except AttributeError: <fallback>`
             if not any(wrapping_model(model, w) is model or wrapped_on_some_machines(model, w, node) for w in wrappings):
                 continue  # wrapped in another file under its own configuration test: can't tell
             if any(c.holds and _DEEPSPEED.search(c.test) for c in conditions_at(model, node)):
