@@ -79,7 +79,7 @@ their leading dots (``".data.build_loader"``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import libcst as cst
@@ -98,9 +98,28 @@ class Condition:
     test: str  # the test's source without whitespace; `not x` is stored as x
     holds: bool
     scope: int = 0  # id() of the function owning the test's root name (0: global/unknown)
+    # Conditions known wherever the test holds / fails (not part of its identity): the parts
+    # of `a and b` where it holds, of `a or b` where it fails.
+    if_holds: tuple = field(default=(), compare=False)
+    if_fails: tuple = field(default=(), compare=False)
 
     def negated(self) -> "Condition":
-        return Condition(self.test, not self.holds, self.scope)
+        return Condition(self.test, not self.holds, self.scope, self.if_holds, self.if_fails)
+
+    def implied(self) -> tuple:
+        """The conditions this one implies: the parts of a compound test, and for a count of
+        GPUs or processes (`n_gpu`, `len(gpu_ids)`, `world_size`, a whole number, never
+        negative): `n == 1` holding is `n > 1` failing and `n > 1` holding is `n == 1`
+        failing. `n == 1` failing is read as `n > 1` holding: the zero count (no GPU at all)
+        is a run the code does not say it supports, and nothing is reported for it."""
+        found = self.if_holds if self.holds else self.if_fails
+        count = _COUNT_TEST.match(self.test)
+        if count is None:
+            return found
+        subject, operator = count.group(1), count.group(2)
+        if operator == "==":
+            return (*found, Condition(subject + ">1", not self.holds, self.scope))
+        return (*found, Condition(subject + "==1", False, self.scope)) if self.holds else found
 
     @property
     def tests_process_group(self) -> bool:
@@ -113,9 +132,48 @@ Path = tuple  # tuple[Condition, ...]
 
 
 def consistent(first: Sequence[Condition], second: Sequence[Condition]) -> bool:
-    """No test holds on one path and fails on the other."""
+    """No test holds on one path and fails on the other (with what each condition implies:
+    `a and b` holding on one path, `not b` on the other)."""
+    if any(_implies_more(c) for c in (*first, *second)):
+        return self_consistent((*first, *second))
     seen = {(c.test, c.scope): c.holds for c in first}
     return all(seen.get((c.test, c.scope), c.holds) == c.holds for c in second)
+
+
+def _implies_more(condition: Condition) -> bool:
+    return bool(condition.if_holds or condition.if_fails or _COUNT_TEST.match(condition.test))
+
+
+def self_consistent(path: Sequence[Condition]) -> bool:
+    """No test both holds and fails on the path with all it implies (`with_implied`), and no
+    compound test fails while all its parts hold (`a and b` failing where `a` and `b` hold)."""
+    path = with_implied(path) if any(_implies_more(c) for c in path) else tuple(path)
+    seen: dict = {}
+    for condition in path:
+        if seen.setdefault((condition.test, condition.scope), condition.holds) != condition.holds:
+            return False
+    for condition in path:
+        other = condition.if_fails if condition.holds else condition.if_holds
+        if other and all(seen.get((c.test, c.scope)) == c.holds for c in other):
+            return False
+    return True
+
+
+def with_implied(path: Sequence[Condition]) -> tuple:
+    """The conditions of a path and all they imply (`Condition.implied`)."""
+    out: list = []
+    stack = list(reversed(path))
+    while stack:
+        condition = stack.pop()
+        if any(condition == c and condition.holds == c.holds for c in out):
+            continue
+        out.append(condition)
+        stack.extend(condition.implied())
+    return tuple(out)
+
+
+# A test of a count of GPUs or processes against one: `n_gpu==1`, `len(args.gpu_ids)>1`.
+_COUNT_TEST = re.compile(r"^(len\(.*\)|.*(?:device_count\(\)|world_size|gpu|nproc|num_process)\w*)(==|>)1$", re.IGNORECASE)
 
 
 def _join(first: Sequence[Condition], second: Sequence[Condition]) -> Path:
@@ -566,8 +624,24 @@ class Flow:
     def condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
         key = (id(test), holds)
         if key not in self._conditions:
-            self._conditions[key] = (test, self._condition(test, holds))  # keeps `test` alive: ids stay unique
+            found = self._with_parts(self._condition(test, holds), test, holds)
+            self._conditions[key] = (test, found)  # keeps `test` alive: ids stay unique
         return self._conditions[key][1]
+
+    def _with_parts(self, condition: Condition, test: cst.BaseExpression, holds: bool) -> Condition:
+        """The condition with what its compound test implies: where `a and b` holds, `a` and
+        `b` hold (`if torch.cuda.device_count() > 1 and distributed:` ... `if not
+        distributed:` cannot both hold); where `a or b` fails, both fail."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        if not isinstance(test, cst.BooleanOperation):
+            return condition
+        both = isinstance(test.operator, cst.And)
+        parts = (self.condition(test.left, both), self.condition(test.right, both))
+        # `holds` is whether the compound test holds on this path, `condition.holds` how its text is stored
+        this, other = (parts, ()) if holds == both else ((), parts)
+        if_holds, if_fails = (this, other) if condition.holds else (other, this)
+        return Condition(condition.test, condition.holds, condition.scope, if_holds, if_fails)
 
     def _condition(self, test: cst.BaseExpression, holds: bool = True, aliases: int = 3) -> Condition:
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -1411,7 +1485,11 @@ def _comparison_text(model: "SemanticModel", test: cst.BaseExpression) -> Option
         left, right, operator = right, left, _MIRRORED_COMPARISONS[operator]
     negated = operator in _NEGATED_COMPARISONS
     operator = _NEGATED_COMPARISONS.get(operator, operator)
-    return _SPACE.sub("", model.code(left)) + operator + _SPACE.sub("", model.code(right)), negated
+    left_text, right_text = _SPACE.sub("", model.code(left)), _SPACE.sub("", model.code(right))
+    if operator == "<" and isinstance(right, cst.Integer) and _COUNT_TEST.match(left_text + "==1"):
+        # a count is a whole number: `n_gpu >= 2` is `n_gpu > 1`, `n_gpu < 2` is `not n_gpu > 1`
+        operator, negated, right_text = ">", not negated, str(int(right.value, 0) - 1)
+    return left_text + operator + right_text, negated
 
 
 def _is_none(expr) -> bool:

@@ -17,7 +17,7 @@ from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
-from dplint.flow import catches_attribute_error
+from dplint.flow import catches_attribute_error, self_consistent
 from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value
 
 # Public attributes of `nn.Module()` in torch 2.13.
@@ -62,12 +62,7 @@ def wrapper_has(kind: str, attribute: str) -> bool:
 
 def feasible(path: Iterable) -> bool:
     """A path on which no test both holds and fails (`if multi_gpu:` ... `if not multi_gpu:`)."""
-    seen: dict = {}
-    for condition in path:
-        key = (condition.test, condition.scope)
-        if seen.setdefault(key, condition.holds) != condition.holds:
-            return False
-    return True
+    return self_consistent(tuple(path))
 
 
 _WRAPPER_CHECK = re.compile(
