@@ -713,13 +713,45 @@ class Flow:
         (text,) = targets
         return (Condition(f'hasattr({text},"module")', False, 0),)
 
+    def value_implied(self, test: cst.BaseExpression, holds: bool) -> Path:
+        """The branch conditions a comparison of a name with a whole number implies through
+        the values the name may hold: `if cuda_count > 1: world_size = dist.get_world_size()
+        else: world_size = 1` ... where `world_size == 1` fails, the literal 1 cannot be
+        what it holds, so the test `cuda_count > 1` held. Empty when no literal is ruled out."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return ()
+        left, right = test.left, test.comparisons[0].comparator
+        operator = _SPACE.sub("", self.model.code(test.comparisons[0].operator))
+        if isinstance(left, cst.Integer) and operator in _MIRRORED_COMPARISONS:
+            left, right, operator = right, left, _MIRRORED_COMPARISONS[operator]
+        if not isinstance(left, cst.Name) or not isinstance(right, cst.Integer) or operator not in _INTEGER_TESTS:
+            return ()
+        number = int(right.value, 0)
+        entries = self.reaching(left.value, test)
+        kept = []
+        for binding, path in entries:
+            node, value = binding.node, binding.value
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(value, cst.Integer) \
+                    and _INTEGER_TESTS[operator](int(value.value, 0), number) != holds:
+                continue  # this literal makes the test come out the other way
+            kept.append(path)
+        if not kept or len(kept) == len(entries):
+            return ()
+        return tuple(c for c in kept[0] if all(c in path for path in kept[1:]))
+
     def boolean_alias(self, name: cst.Name) -> Optional[tuple[cst.BaseExpression, bool]]:
         """(test, negated) when `name` is a local of a function bound once, by a plain
         assignment, to a truth test: `ddp = bool(ws)`, `ddp = True if ws else False`, `ddp = ws`,
-        `wrapped = isinstance(m, DDP)`, `multi = len(ids) > 1`. None otherwise."""
+        `wrapped = isinstance(m, DDP)`, `multi = len(ids) > 1`; a module's global too, bound
+        once in the file (`distributed = torch.cuda.device_count() > 1` at the top of a
+        script, no `global distributed` rebinding it). None otherwise."""
         owner = self.model.owner_scope(name.value, self.model.scope(name))
-        if owner is None or owner.kind != "function":
+        if owner is None or owner.kind not in ("function", "module"):
             return None
+        if owner.kind == "module" and len(self.model.bindings.get(name.value, ())) != 1:
+            return None  # bound in a function too (a local of the same name, or `global`)
         bindings = [b for b in self.model.bindings.get(name.value, ()) if b.scope is owner]
         if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Assign) or bindings[0].value is None:
             return None
@@ -1430,6 +1462,10 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
 
 
 _NEGATED_COMPARISONS = {"<=": ">", ">=": "<", "!=": "==", "isnot": "is", "notin": "in"}
+_INTEGER_TESTS = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b, ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b,
+}
 _MIRRORED_COMPARISONS = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
 
 

@@ -247,8 +247,9 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
 
 def _conjuncts(model: SemanticModel, test: cst.BaseExpression, holds: bool) -> list:
     """The test's condition, and those of its parts that hold with it: both sides of an `and`
-    that holds (`if acc_step and local_rank != -1:`), both of an `or` that fails."""
-    found = [model.flow.condition(test, holds=holds)]
+    that holds (`if acc_step and local_rank != -1:`), both of an `or` that fails, and the
+    branch tests that the values of a compared name imply (`Flow.value_implied`)."""
+    found = [model.flow.condition(test, holds=holds), *model.flow.value_implied(test, holds)]
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if holds else cst.Or):
         found += _conjuncts(model, test.left, holds) + _conjuncts(model, test.right, holds)
     return found
