@@ -652,6 +652,11 @@ class Flow:
             # `wrapped = isinstance(m, DDP)` ... `if wrapped` is the isinstance test itself
             expression, negated = aliased
             return self._condition(expression, holds != negated, aliases - 1)
+        flag = self._dictionary_flag(test) if isinstance(test, cst.Subscript) else None
+        if flag is not None:
+            # `config["distributed"]`, set True under `if torch.cuda.device_count() > 1:` and
+            # False in its `else` (here or in the file that built the dict): that test
+            return Condition(flag.test, flag.holds == holds, flag.scope, flag.if_holds, flag.if_fails)
         inlined = self._predicate_body(test) if isinstance(test, cst.Call) else None
         if inlined is not None:
             # `is_distributed(model)` with `def is_distributed(m): return isinstance(m, DDP)`
@@ -712,6 +717,66 @@ class Flow:
             return ()
         (text,) = targets
         return (Condition(f'hasattr({text},"module")', False, 0),)
+
+    def _dictionary_flag(self, test: cst.Subscript) -> Optional[Condition]:
+        """The branch test a dict entry stands for (as a holding Condition) when the dict that
+        reaches `test` (through `self.x = x`, a parameter's only caller, other files: every
+        plain name holding it on the way) gets that key by `d["key"] = True` statements under
+        one test and `d["key"] = False` statements where it failed, and no other way the
+        analysis sees. None otherwise."""
+        from dplint.semantic import literal_value
+
+        try:
+            key = literal_value(test.slice[0].slice.value) if len(test.slice) == 1 \
+                and isinstance(test.slice[0].slice, cst.Index) else None
+        except ValueError:
+            return None
+        if not isinstance(key, str) or test in self._inlining:
+            return None
+        self._inlining.add(test)
+        try:
+            holders = self._dict_holders(test.value, test, 4)
+        finally:
+            self._inlining.discard(test)
+        stores = [(owner, assign) for owner, scope_node, name in holders for assign in _entry_stores(owner, scope_node, name, key)]
+        paths: dict = {True: [], False: []}
+        for owner, assign in stores:
+            flag = _static(owner, assign.value) if isinstance(assign.value, cst.Name) else None
+            if flag is None:
+                return None  # set to something else than a literal True / False
+            paths[flag].append(owner.flow.branch_conditions(assign))
+        if not paths[True] or not paths[False]:
+            return None
+        for condition in reversed(paths[True][0]):
+            if all(condition in path for path in paths[True]) and all(condition.negated() in path for path in paths[False]):
+                return condition
+        return None
+
+    def _dict_holders(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> list:
+        """(model, scope node, name) of each plain name that holds the object `expr` holds at
+        `at`, back to where it was made: `self.config` <- `__init__(self, config)` <- the
+        only call `Trainer(model, config)` <- `main(config)`'s parameter..."""
+        model = self.model
+        key = model.binding_key(expr, at)
+        entries = self.reaching(key, at) if key is not None and depth > 0 else []
+        if len({id(binding) for binding, _ in entries}) != 1:
+            return []
+        binding = entries[0][0]
+        holders = [(model, binding.scope.node, key)] if "." not in key else []
+        node = binding.node
+        if isinstance(node, cst.Param):
+            function = model.parent(model.parent(node))
+            sites = self.all_call_sites(function) if isinstance(function, cst.FunctionDef) else None
+            if not sites or len(sites) != 1:
+                return holders
+            caller, call, bound = sites[0]
+            argument = self.parameter_argument(call, function, node.name.value, bound)
+            if argument is None or argument is node.default:
+                return holders
+            return holders + caller.flow._dict_holders(argument, call, depth - 1)
+        if isinstance(node, cst.Assign) and isinstance(binding.value, (cst.Name, cst.Attribute)):
+            return holders + self._dict_holders(binding.value, node, depth - 1)
+        return holders
 
     def value_implied(self, test: cst.BaseExpression, holds: bool) -> Path:
         """The branch conditions a comparison of a name with a whole number implies through
@@ -1467,6 +1532,27 @@ _INTEGER_TESTS = {
     "<": lambda a, b: a < b, ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b,
 }
 _MIRRORED_COMPARISONS = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _entry_stores(model: "SemanticModel", scope_node: cst.CSTNode, name: str, key: str) -> list:
+    """The `name["key"] = ...` statements of a scope (not of the functions inside it)."""
+    found = []
+    stack = [scope_node.body] if isinstance(scope_node, (cst.FunctionDef, cst.ClassDef)) else [scope_node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                store = target.target
+                if isinstance(store, cst.Subscript) and isinstance(store.value, cst.Name) and store.value.value == name \
+                        and len(store.slice) == 1 and isinstance(store.slice[0].slice, cst.Index) \
+                        and isinstance(store.slice[0].slice.value, cst.SimpleString) \
+                        and store.slice[0].slice.value.evaluated_value == key:
+                    found.append(node)
+            continue
+        stack.extend(model.children(node))
+    return found
 
 
 def catches_attribute_error(handler: cst.ExceptHandler) -> bool:
