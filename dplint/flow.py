@@ -15,7 +15,12 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   through a base class's method it hands the parameter to: ``super().setup(x)``,
   ``Base.setup(self, x=x)`` whose body does ``self.x = x``).
 * ``Path = tuple[Condition, ...]``; ``consistent(a, b)`` - no test holds in one and fails in
-  the other.
+  the other, with what each condition implies (``Condition.implied``: the parts of ``a and b``
+  where it holds, of ``a or b`` where it fails; ``n_gpu == 1`` against ``n_gpu > 1`` for a
+  count); ``self_consistent(path)``. ``flow.value_implied(test, holds)``: the branches a
+  comparison with a number picks through the name's literal values (``world_size = 1`` in an
+  ``else``); ``flow.handler_conditions(try, handler)``: ``hasattr(x, "module")`` failed in an
+  ``except AttributeError`` after ``x.module``.
 * ``Value(model, expr, conditions, binding)`` - one thing an expression may hold: ``expr``
   is the expression *in ``model``* (another file's model after a cross-file step), or None
   when unknown (a parameter with several callers, an unresolvable call...). ``value.known``.
