@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import libcst as cst
@@ -118,7 +119,7 @@ class Condition:
         failing. `n == 1` failing is read as `n > 1` holding: the zero count (no GPU at all)
         is a run the code does not say it supports, and nothing is reported for it."""
         found = self.if_holds if self.holds else self.if_fails
-        count = _COUNT_TEST.match(self.test)
+        count = _count_test(self.test)
         if count is None:
             return found
         subject, operator = count.group(1), count.group(2)
@@ -146,7 +147,7 @@ def consistent(first: Sequence[Condition], second: Sequence[Condition]) -> bool:
 
 
 def _implies_more(condition: Condition) -> bool:
-    return bool(condition.if_holds or condition.if_fails or _COUNT_TEST.match(condition.test))
+    return bool(condition.if_holds or condition.if_fails or _count_test(condition.test))
 
 
 def self_consistent(path: Sequence[Condition]) -> bool:
@@ -179,6 +180,11 @@ def with_implied(path: Sequence[Condition]) -> tuple:
 
 # A test of a count of GPUs or processes against one: `n_gpu==1`, `len(args.gpu_ids)>1`.
 _COUNT_TEST = re.compile(r"^(len\(.*\)|.*(?:device_count\(\)|world_size|gpu|nproc|num_process)\w*)(==|>)1$", re.IGNORECASE)
+
+
+@lru_cache(maxsize=4096)
+def _count_test(text: str):
+    return _COUNT_TEST.match(text)
 
 
 def _join(first: Sequence[Condition], second: Sequence[Condition]) -> Path:
@@ -1613,7 +1619,7 @@ def _comparison_text(model: "SemanticModel", test: cst.BaseExpression) -> Option
     negated = operator in _NEGATED_COMPARISONS
     operator = _NEGATED_COMPARISONS.get(operator, operator)
     left_text, right_text = _SPACE.sub("", model.code(left)), _SPACE.sub("", model.code(right))
-    if operator == "<" and isinstance(right, cst.Integer) and _COUNT_TEST.match(left_text + "==1"):
+    if operator == "<" and isinstance(right, cst.Integer) and _count_test(left_text + "==1"):
         # a count is a whole number: `n_gpu >= 2` is `n_gpu > 1`, `n_gpu < 2` is `not n_gpu > 1`
         operator, negated, right_text = ">", not negated, str(int(right.value, 0) - 1)
     return left_text + operator + right_text, negated
