@@ -15,7 +15,12 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   through a base class's method it hands the parameter to: ``super().setup(x)``,
   ``Base.setup(self, x=x)`` whose body does ``self.x = x``).
 * ``Path = tuple[Condition, ...]``; ``consistent(a, b)`` - no test holds in one and fails in
-  the other.
+  the other, with what each condition implies (``Condition.implied``: the parts of ``a and b``
+  where it holds, of ``a or b`` where it fails; ``n_gpu == 1`` against ``n_gpu > 1`` for a
+  count); ``self_consistent(path)``. ``flow.value_implied(test, holds)``: the branches a
+  comparison with a number picks through the name's literal values (``world_size = 1`` in an
+  ``else``); ``flow.handler_conditions(try, handler)``: ``hasattr(x, "module")`` failed in an
+  ``except AttributeError`` after ``x.module``.
 * ``Value(model, expr, conditions, binding)`` - one thing an expression may hold: ``expr``
   is the expression *in ``model``* (another file's model after a cross-file step), or None
   when unknown (a parameter with several callers, an unresolvable call...). ``value.known``.
@@ -79,7 +84,8 @@ their leading dots (``".data.build_loader"``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import libcst as cst
@@ -98,9 +104,28 @@ class Condition:
     test: str  # the test's source without whitespace; `not x` is stored as x
     holds: bool
     scope: int = 0  # id() of the function owning the test's root name (0: global/unknown)
+    # Conditions known wherever the test holds / fails (not part of its identity): the parts
+    # of `a and b` where it holds, of `a or b` where it fails.
+    if_holds: tuple = field(default=(), compare=False)
+    if_fails: tuple = field(default=(), compare=False)
 
     def negated(self) -> "Condition":
-        return Condition(self.test, not self.holds, self.scope)
+        return Condition(self.test, not self.holds, self.scope, self.if_holds, self.if_fails)
+
+    def implied(self) -> tuple:
+        """The conditions this one implies: the parts of a compound test, and for a count of
+        GPUs or processes (`n_gpu`, `len(gpu_ids)`, `world_size`, a whole number, never
+        negative): `n == 1` holding is `n > 1` failing and `n > 1` holding is `n == 1`
+        failing. `n == 1` failing is read as `n > 1` holding: the zero count (no GPU at all)
+        is a run the code does not say it supports, and nothing is reported for it."""
+        found = self.if_holds if self.holds else self.if_fails
+        count = _count_test(self.test)
+        if count is None:
+            return found
+        subject, operator = count.group(1), count.group(2)
+        if operator == "==":
+            return (*found, Condition(subject + ">1", not self.holds, self.scope))
+        return (*found, Condition(subject + "==1", False, self.scope)) if self.holds else found
 
     @property
     def tests_process_group(self) -> bool:
@@ -113,9 +138,53 @@ Path = tuple  # tuple[Condition, ...]
 
 
 def consistent(first: Sequence[Condition], second: Sequence[Condition]) -> bool:
-    """No test holds on one path and fails on the other."""
+    """No test holds on one path and fails on the other (with what each condition implies:
+    `a and b` holding on one path, `not b` on the other)."""
+    if any(_implies_more(c) for c in (*first, *second)):
+        return self_consistent((*first, *second))
     seen = {(c.test, c.scope): c.holds for c in first}
     return all(seen.get((c.test, c.scope), c.holds) == c.holds for c in second)
+
+
+def _implies_more(condition: Condition) -> bool:
+    return bool(condition.if_holds or condition.if_fails or _count_test(condition.test))
+
+
+def self_consistent(path: Sequence[Condition]) -> bool:
+    """No test both holds and fails on the path with all it implies (`with_implied`), and no
+    compound test fails while all its parts hold (`a and b` failing where `a` and `b` hold)."""
+    path = with_implied(path) if any(_implies_more(c) for c in path) else tuple(path)
+    seen: dict = {}
+    for condition in path:
+        if seen.setdefault((condition.test, condition.scope), condition.holds) != condition.holds:
+            return False
+    for condition in path:
+        other = condition.if_fails if condition.holds else condition.if_holds
+        if other and all(seen.get((c.test, c.scope)) == c.holds for c in other):
+            return False
+    return True
+
+
+def with_implied(path: Sequence[Condition]) -> tuple:
+    """The conditions of a path and all they imply (`Condition.implied`)."""
+    out: list = []
+    stack = list(reversed(path))
+    while stack:
+        condition = stack.pop()
+        if any(condition == c and condition.holds == c.holds for c in out):
+            continue
+        out.append(condition)
+        stack.extend(condition.implied())
+    return tuple(out)
+
+
+# A test of a count of GPUs or processes against one: `n_gpu==1`, `len(args.gpu_ids)>1`.
+_COUNT_TEST = re.compile(r"^(len\(.*\)|.*(?:device_count\(\)|world_size|gpu|nproc|num_process)\w*)(==|>)1$", re.IGNORECASE)
+
+
+@lru_cache(maxsize=4096)
+def _count_test(text: str):
+    return _COUNT_TEST.match(text)
 
 
 def _join(first: Sequence[Condition], second: Sequence[Condition]) -> Path:
@@ -565,7 +634,8 @@ class Flow:
             handler_in = _merge(state, body) if body is not None else state
             ends = []
             for handler in statement.handlers:
-                entry = self._bind_here(handler, handler_in, ctx)
+                guard = self.handler_conditions(statement, handler)
+                entry = self._bind_here(handler, _extend(handler_in, guard), _join(ctx, guard))
                 self._records_now[handler] = entry
                 ends.append(self._walk_block(_blocks(handler.body), entry, ctx))
             if statement.orelse is not None and body is not None:
@@ -617,8 +687,24 @@ class Flow:
     def condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
         key = (id(test), holds)
         if key not in self._conditions:
-            self._conditions[key] = (test, self._condition(test, holds))  # keeps `test` alive: ids stay unique
+            found = self._with_parts(self._condition(test, holds), test, holds)
+            self._conditions[key] = (test, found)  # keeps `test` alive: ids stay unique
         return self._conditions[key][1]
+
+    def _with_parts(self, condition: Condition, test: cst.BaseExpression, holds: bool) -> Condition:
+        """The condition with what its compound test implies: where `a and b` holds, `a` and
+        `b` hold (`if torch.cuda.device_count() > 1 and distributed:` ... `if not
+        distributed:` cannot both hold); where `a or b` fails, both fail."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        if not isinstance(test, cst.BooleanOperation):
+            return condition
+        both = isinstance(test.operator, cst.And)
+        parts = (self.condition(test.left, both), self.condition(test.right, both))
+        # `holds` is whether the compound test holds on this path, `condition.holds` how its text is stored
+        this, other = (parts, ()) if holds == both else ((), parts)
+        if_holds, if_fails = (this, other) if condition.holds else (other, this)
+        return Condition(condition.test, condition.holds, condition.scope, if_holds, if_fails)
 
     def _condition(self, test: cst.BaseExpression, holds: bool = True, aliases: int = 3) -> Condition:
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -629,12 +715,17 @@ class Flow:
             # `wrapped = isinstance(m, DDP)` ... `if wrapped` is the isinstance test itself
             expression, negated = aliased
             return self._condition(expression, holds != negated, aliases - 1)
+        flag = self._dictionary_flag(test) if isinstance(test, cst.Subscript) else None
+        if flag is not None:
+            # `config["distributed"]`, set True under `if torch.cuda.device_count() > 1:` and
+            # False in its `else` (here or in the file that built the dict): that test
+            return Condition(flag.test, flag.holds == holds, flag.scope, flag.if_holds, flag.if_fails)
         inlined = self._predicate_body(test) if isinstance(test, cst.Call) else None
         if inlined is not None:
             # `is_distributed(model)` with `def is_distributed(m): return isinstance(m, DDP)`
             # is the test `isinstance(model, DDP)` itself, wherever it is spelled either way
             return Condition(inlined, holds, 0)
-        compared = _comparison_text(self.model, test)
+        compared = _type_test_text(self.model, test) or _comparison_text(self.model, test)
         if compared is not None:
             # `len(ids) <= 1` is `not len(ids) > 1`; `1 < len(ids)` is `len(ids) > 1`
             text, negated = compared
@@ -667,13 +758,128 @@ class Flow:
                 return Condition(argument_name + text[len(root.value):], holds, caller_scope)
         return Condition(text, holds, scope)
 
+    def handler_conditions(self, statement: cst.CSTNode, handler: cst.ExceptHandler) -> Path:
+        """What holds where an `except` that catches AttributeError (bare, `Exception`,
+        `BaseException`, a tuple naming one) runs after a `try` whose body reads `.module` of
+        one object: `try: sd = net.module.state_dict() except AttributeError: sd =
+        net.state_dict()` runs the handler for a bare `net`, the test `hasattr(net, "module")`
+        failed. Nothing for other handlers, or reads of `.module` from several objects."""
+        if not catches_attribute_error(handler):
+            return ()
+        targets: dict = {}
+        stack = list(_blocks(statement.body))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            if isinstance(node, cst.Attribute) and node.attr.value == "module" \
+                    and isinstance(node.value, (cst.Name, cst.Attribute)):
+                targets.setdefault(_SPACE.sub("", self.model.code(node.value)), node.value)
+            stack.extend(self.model.children(node))
+        if len(targets) != 1:
+            return ()
+        (text,) = targets
+        return (Condition(f'hasattr({text},"module")', False, 0),)
+
+    def _dictionary_flag(self, test: cst.Subscript) -> Optional[Condition]:
+        """The branch test a dict entry stands for (as a holding Condition) when the dict that
+        reaches `test` (through `self.x = x`, a parameter's only caller, other files: every
+        plain name holding it on the way) gets that key by `d["key"] = True` statements under
+        one test and `d["key"] = False` statements where it failed, and no other way the
+        analysis sees. None otherwise."""
+        from dplint.semantic import literal_value
+
+        try:
+            key = literal_value(test.slice[0].slice.value) if len(test.slice) == 1 \
+                and isinstance(test.slice[0].slice, cst.Index) else None
+        except ValueError:
+            return None
+        if not isinstance(key, str) or test in self._inlining:
+            return None
+        self._inlining.add(test)
+        try:
+            holders = self._dict_holders(test.value, test, 4)
+        finally:
+            self._inlining.discard(test)
+        stores = [(owner, assign) for owner, scope_node, name in holders for assign in _entry_stores(owner, scope_node, name, key)]
+        paths: dict = {True: [], False: []}
+        for owner, assign in stores:
+            flag = _static(owner, assign.value) if isinstance(assign.value, cst.Name) else None
+            if flag is None:
+                return None  # set to something else than a literal True / False
+            paths[flag].append(owner.flow.branch_conditions(assign))
+        if not paths[True] or not paths[False]:
+            return None
+        for condition in reversed(paths[True][0]):
+            if all(condition in path for path in paths[True]) and all(condition.negated() in path for path in paths[False]):
+                return condition
+        return None
+
+    def _dict_holders(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> list:
+        """(model, scope node, name) of each plain name that holds the object `expr` holds at
+        `at`, back to where it was made: `self.config` <- `__init__(self, config)` <- the
+        only call `Trainer(model, config)` <- `main(config)`'s parameter..."""
+        model = self.model
+        key = model.binding_key(expr, at)
+        entries = self.reaching(key, at) if key is not None and depth > 0 else []
+        if len({id(binding) for binding, _ in entries}) != 1:
+            return []
+        binding = entries[0][0]
+        holders = [(model, binding.scope.node, key)] if "." not in key else []
+        node = binding.node
+        if isinstance(node, cst.Param):
+            function = model.parent(model.parent(node))
+            sites = self.all_call_sites(function) if isinstance(function, cst.FunctionDef) else None
+            if not sites or len(sites) != 1:
+                return holders
+            caller, call, bound = sites[0]
+            argument = self.parameter_argument(call, function, node.name.value, bound)
+            if argument is None or argument is node.default:
+                return holders
+            return holders + caller.flow._dict_holders(argument, call, depth - 1)
+        if isinstance(node, cst.Assign) and isinstance(binding.value, (cst.Name, cst.Attribute)):
+            return holders + self._dict_holders(binding.value, node, depth - 1)
+        return holders
+
+    def value_implied(self, test: cst.BaseExpression, holds: bool) -> Path:
+        """The branch conditions a comparison of a name with a whole number implies through
+        the values the name may hold: `if cuda_count > 1: world_size = dist.get_world_size()
+        else: world_size = 1` ... where `world_size == 1` fails, the literal 1 cannot be
+        what it holds, so the test `cuda_count > 1` held. Empty when no literal is ruled out."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return ()
+        left, right = test.left, test.comparisons[0].comparator
+        operator = _SPACE.sub("", self.model.code(test.comparisons[0].operator))
+        if isinstance(left, cst.Integer) and operator in _MIRRORED_COMPARISONS:
+            left, right, operator = right, left, _MIRRORED_COMPARISONS[operator]
+        if not isinstance(left, cst.Name) or not isinstance(right, cst.Integer) or operator not in _INTEGER_TESTS:
+            return ()
+        number = int(right.value, 0)
+        entries = self.reaching(left.value, test)
+        kept = []
+        for binding, path in entries:
+            node, value = binding.node, binding.value
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(value, cst.Integer) \
+                    and _INTEGER_TESTS[operator](int(value.value, 0), number) != holds:
+                continue  # this literal makes the test come out the other way
+            kept.append(path)
+        if not kept or len(kept) == len(entries):
+            return ()
+        return tuple(c for c in kept[0] if all(c in path for path in kept[1:]))
+
     def boolean_alias(self, name: cst.Name) -> Optional[tuple[cst.BaseExpression, bool]]:
         """(test, negated) when `name` is a local of a function bound once, by a plain
         assignment, to a truth test: `ddp = bool(ws)`, `ddp = True if ws else False`, `ddp = ws`,
-        `wrapped = isinstance(m, DDP)`, `multi = len(ids) > 1`. None otherwise."""
+        `wrapped = isinstance(m, DDP)`, `multi = len(ids) > 1`; a module's global too, bound
+        once in the file (`distributed = torch.cuda.device_count() > 1` at the top of a
+        script, no `global distributed` rebinding it). None otherwise."""
         owner = self.model.owner_scope(name.value, self.model.scope(name))
-        if owner is None or owner.kind != "function":
+        if owner is None or owner.kind not in ("function", "module"):
             return None
+        if owner.kind == "module" and len(self.model.bindings.get(name.value, ())) != 1:
+            return None  # bound in a function too (a local of the same name, or `global`)
         bindings = [b for b in self.model.bindings.get(name.value, ()) if b.scope is owner]
         if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Assign) or bindings[0].value is None:
             return None
@@ -728,6 +934,9 @@ class Flow:
                 or params.star_kwarg is not None or params.kwonly_params or len(params.params) != len(call.args):
             return None
         text = _SPACE.sub("", callee.model.code(returned.value))
+        type_test = _type_test_text(callee.model, returned.value)
+        if type_test is not None and not type_test[1]:
+            text = type_test[0]  # `return type(m) in (DP, DDP)`: the isinstance test, as it is read anywhere
         # locals set before the return (`kinds = (DP, DDP)`; `return isinstance(m, kinds)`)
         for line in reversed(body[:-1]):
             assign = line.body[0]
@@ -1493,7 +1702,71 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
 
 
 _NEGATED_COMPARISONS = {"<=": ">", ">=": "<", "!=": "==", "isnot": "is", "notin": "in"}
+_INTEGER_TESTS = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b, ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b,
+}
 _MIRRORED_COMPARISONS = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _entry_stores(model: "SemanticModel", scope_node: cst.CSTNode, name: str, key: str) -> list:
+    """The `name["key"] = ...` statements of a scope (not of the functions inside it)."""
+    found = []
+    stack = [scope_node.body] if isinstance(scope_node, (cst.FunctionDef, cst.ClassDef)) else [scope_node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                store = target.target
+                if isinstance(store, cst.Subscript) and isinstance(store.value, cst.Name) and store.value.value == name \
+                        and len(store.slice) == 1 and isinstance(store.slice[0].slice, cst.Index) \
+                        and isinstance(store.slice[0].slice.value, cst.SimpleString) \
+                        and store.slice[0].slice.value.evaluated_value == key:
+                    found.append(node)
+            continue
+        stack.extend(model.children(node))
+    return found
+
+
+def catches_attribute_error(handler: cst.ExceptHandler) -> bool:
+    """`except:`, `except AttributeError`, `except Exception as e`, `except (KeyError,
+    AttributeError)`: a handler that an AttributeError raised in the `try` reaches."""
+    kinds = handler.type
+    if kinds is None:
+        return True
+    names = kinds.elements if isinstance(kinds, cst.Tuple) else [kinds]
+    for item in names:
+        value = item.value if isinstance(item, cst.Element) else item
+        if isinstance(value, cst.Attribute):
+            value = value.attr
+        if isinstance(value, cst.Name) and value.value in ("AttributeError", "Exception", "BaseException"):
+            return True
+    return False
+
+
+def _type_test_text(model: "SemanticModel", test: cst.BaseExpression) -> Optional[tuple[str, bool]]:
+    """(text, negated) of a test of an object's exact class spelled as the `isinstance` test it
+    stands for: `type(m) is DDP` and `type(m) == DDP` are `isinstance(m,DDP)`, `type(m) in (DP,
+    DDP)` is `isinstance(m,(DP,DDP))`, `is not` / `!=` / `not in` their negations (exact class
+    against isinstance differs only for a subclass of the class tested); None for anything else."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    left, target = test.left, test.comparisons[0]
+    if not (isinstance(left, cst.Call) and isinstance(left.func, cst.Name) and left.func.value == "type"
+            and len(left.args) == 1 and left.args[0].keyword is None and not left.args[0].star):
+        return None
+    operator = _SPACE.sub("", model.code(target.operator))
+    classes = target.comparator
+    if operator in ("in", "notin") and not (isinstance(classes, cst.Tuple) and classes.elements):
+        return None  # `type(m) in kinds`: a name whose tuple we do not look up
+    if operator not in ("is", "isnot", "==", "!=", "in", "notin"):
+        return None
+    text = _SPACE.sub("", model.code(classes))
+    if isinstance(classes, cst.Tuple) and not classes.lpar:
+        text = "(" + text + ")"
+    return "isinstance(" + _SPACE.sub("", model.code(left.args[0].value)) + "," + text + ")", operator in ("isnot", "!=", "notin")
 
 
 def _comparison_text(model: "SemanticModel", test: cst.BaseExpression) -> Optional[tuple[str, bool]]:
@@ -1509,7 +1782,11 @@ def _comparison_text(model: "SemanticModel", test: cst.BaseExpression) -> Option
         left, right, operator = right, left, _MIRRORED_COMPARISONS[operator]
     negated = operator in _NEGATED_COMPARISONS
     operator = _NEGATED_COMPARISONS.get(operator, operator)
-    return _SPACE.sub("", model.code(left)) + operator + _SPACE.sub("", model.code(right)), negated
+    left_text, right_text = _SPACE.sub("", model.code(left)), _SPACE.sub("", model.code(right))
+    if operator == "<" and isinstance(right, cst.Integer) and _count_test(left_text + "==1"):
+        # a count is a whole number: `n_gpu >= 2` is `n_gpu > 1`, `n_gpu < 2` is `not n_gpu > 1`
+        operator, negated, right_text = ">", not negated, str(int(right.value, 0) - 1)
+    return left_text + operator + right_text, negated
 
 
 def _default_display(model: "SemanticModel", expr: cst.BaseExpression) -> bool:

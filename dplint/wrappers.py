@@ -17,6 +17,7 @@ from typing import Iterable, Optional, Sequence
 
 import libcst as cst
 
+from dplint.flow import catches_attribute_error, self_consistent
 from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value
 
 # Public attributes of `nn.Module()` in torch 2.13.
@@ -61,12 +62,7 @@ def wrapper_has(kind: str, attribute: str) -> bool:
 
 def feasible(path: Iterable) -> bool:
     """A path on which no test both holds and fails (`if multi_gpu:` ... `if not multi_gpu:`)."""
-    seen: dict = {}
-    for condition in path:
-        key = (condition.test, condition.scope)
-        if seen.setdefault(key, condition.holds) != condition.holds:
-            return False
-    return True
+    return self_consistent(tuple(path))
 
 
 _WRAPPER_CHECK = re.compile(
@@ -80,6 +76,38 @@ def _excluded_by_a_check(path, wrapped: bool) -> bool:
     return any(_WRAPPER_CHECK.match(c.test) and c.holds != wrapped for c in path)
 
 
+def _checks_here(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> tuple:
+    """The tests of the object `expr` itself that enclose `at`, a conditional expression's
+    included (`m.module if is_parallel(m) else m`: a value reaching `m` does not carry the
+    test, unlike an `if` statement's): a test of another object says nothing about this one."""
+    target = _SPACE.sub("", model.code(expr))
+    found = []
+    for condition in conditions_at(model, at):
+        match = _WRAPPER_CHECK.match(condition.test)
+        if match and _tested_object(condition.test) == target:
+            found.append(condition)
+    return tuple(found)
+
+
+def _tested_object(test: str) -> str:
+    """The first argument of `hasattr(m,...)` / `isinstance(m,...)` / `type(m)...` (no spaces)."""
+    inner = test[test.index("(") + 1:]
+    depth = 0
+    for index, char in enumerate(inner):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return inner[:index]
+            depth -= 1
+        elif char == "," and depth == 0:
+            return inner[:index]
+    return inner
+
+
+_SPACE = re.compile(r"\s+")
+
+
 def wrapper_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> tuple[list[Wrapping], int, int]:
     """(wrappings `expr` may hold at `at`, paths where it is a wrapper, paths where it is not).
 
@@ -87,8 +115,9 @@ def wrapper_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNod
     several callers) counts as "not a wrapper" for the second number and as unknown for the
     third: callers that need certainty check `unknown_paths` themselves."""
     wrapped, bare, found = 0, 0, []
+    checks = _checks_here(model, expr, at)
     for wrapping, path in model.flow.wrappings_at(expr, at):
-        if not feasible((*path, *conditions_at(model, at))) or _excluded_by_a_check(path, wrapping is not None):
+        if not feasible((*path, *conditions_at(model, at))) or _excluded_by_a_check((*path, *checks), wrapping is not None):
             continue
         if wrapping is None:
             bare += 1
@@ -116,8 +145,9 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
             if value.binding is not None:
                 inner_bindings.add(id(value.binding))
     count = 0
+    checks = _checks_here(model, expr, at)
     for value in model.flow.values_at(expr, at):
-        if not feasible((*value.conditions, *conditions_at(model, at))) or _excluded_by_a_check(value.conditions, False):
+        if not feasible((*value.conditions, *conditions_at(model, at))) or _excluded_by_a_check((*value.conditions, *checks), False):
             continue
         if value.known and any(w.call is value.expr for w in value.model.wrappings):
             continue
@@ -129,14 +159,53 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
 
 
 def _builds_project_class(model: SemanticModel, call: cst.Call) -> bool:
-    """`Net()` for a class of the project that is not itself a wrapper subclass
-    (`class DataParallelWithCallback(DataParallel)` is one)."""
+    """`Net()` for a class of the project whose objects have no `module` attribute of their
+    own: not a wrapper subclass (`class DataParallelWithCallback(DataParallel)` is one), nor
+    the project's own wrapper that keeps the model at `self.module` like torch's wrappers do."""
     callee = model.flow.callee(call)
     if callee is None or not isinstance(callee.node, cst.ClassDef):
         return False
-    return not any(
-        (dotted_name(base.value) or "").endswith("DataParallel") for base in callee.node.bases
-    )
+    return not class_has_module(callee.model, callee.node)
+
+
+def class_has_module(model: SemanticModel, class_node: cst.ClassDef) -> bool:
+    """Whether objects of a project class have `.module` (or may, by forwarding): the class or
+    one of its project bases subclasses a torch wrapper (`...DataParallel`), assigns
+    `self.module = ...` in a method (`class WrappedModel(nn.Module)` keeping the model there),
+    defines `module` in its body, or answers unknown attributes itself (`__getattr__`)."""
+    classes = [(model, class_node), *model.flow.project_bases(class_node)]
+    for owner, node in classes:
+        if any((dotted_name(base.value) or "").endswith("DataParallel") for base in node.bases):
+            return True
+        if _sets_own_module(owner, node):
+            return True
+    return False
+
+
+def _sets_own_module(model: SemanticModel, class_node: cst.ClassDef) -> bool:
+    statements = class_node.body.body if isinstance(class_node.body, cst.IndentedBlock) else ()
+    for statement in statements:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value in ("module", "__getattr__"):
+            return True
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, (cst.Assign, cst.AnnAssign)) and "module" in _target_names(small) for small in statement.body
+        ):
+            return True
+    stack = [class_node.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and node.attr.value == "module" and isinstance(node.value, cst.Name) \
+                and node.value.value == "self" and is_store(model, node):
+            return True
+        if isinstance(node, cst.ClassDef) and node is not class_node:
+            continue
+        stack.extend(model.children(node))
+    return False
+
+
+def _target_names(statement) -> set[str]:
+    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+    return {t.value for t in targets if isinstance(t, cst.Name)}
 
 
 def wrapping_model(model: SemanticModel, wrapping: Wrapping) -> Optional[SemanticModel]:
@@ -178,8 +247,9 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
 
 def _conjuncts(model: SemanticModel, test: cst.BaseExpression, holds: bool) -> list:
     """The test's condition, and those of its parts that hold with it: both sides of an `and`
-    that holds (`if acc_step and local_rank != -1:`), both of an `or` that fails."""
-    found = [model.flow.condition(test, holds=holds)]
+    that holds (`if acc_step and local_rank != -1:`), both of an `or` that fails, and the
+    branch tests that the values of a compared name imply (`Flow.value_implied`)."""
+    found = [model.flow.condition(test, holds=holds), *model.flow.value_implied(test, holds)]
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if holds else cst.Or):
         found += _conjuncts(model, test.left, holds) + _conjuncts(model, test.right, holds)
     return found
@@ -242,6 +312,21 @@ def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str,
     if function in ("hasattr", "isinstance", "type"):
         return not negate
     return None
+
+
+def attribute_error_handled(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """Whether `node` runs in the body of a `try` (in its own function) that an `except`
+    catching AttributeError follows (`except AttributeError:`, bare, `Exception`): the
+    `try: m.module ... except: <bare-model fallback>` idiom handles the bare model itself."""
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.Try) and child is ancestor.body \
+                and any(catches_attribute_error(handler) for handler in ancestor.handlers):
+            return True
+        child = ancestor
+    return False
 
 
 def is_store(model: SemanticModel, node: cst.Attribute) -> bool:

@@ -11,6 +11,7 @@ from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Viola
 from dplint.semantic import SemanticModel
 from dplint.training import wrappings as wrappers_built
 from dplint.wrappers import (
+    attribute_error_handled,
     conditions_at,
     is_store,
     known_bare_paths,
@@ -37,7 +38,17 @@ class ModuleOnBareModel(Rule):
     project files.
 
     Paths are judged with the parts of a compound test (`if acc and local_rank != -1:` holds
-    `local_rank != -1`). A factory of another file that wraps under a hardware test
+    `local_rank != -1`; a wrap under `a and b` is ruled out where `not b`), and tests are read
+    for what they mean: a one-line predicate of the project is its body, in an `if` or a
+    conditional expression (`m.module if is_parallel(m) else m` with `return type(m) in (DP,
+    DDP)`; `type(m) is DDP` is the isinstance test); a flag bound once to a test is that test
+    (`distributed = torch.cuda.device_count() > 1`, a script global too), and so is a dict
+    entry set `True` under a test and `False` in its `else` (`config["distributed"]`, followed
+    through `self.config`, a parameter's only caller and other files); a count of GPUs or
+    processes is a whole number (`n_gpu >= 2` is `n_gpu > 1`; the `else` of `n_gpu == 1` is
+    read as `n_gpu > 1`: a machine without any GPU is left unjudged); and a name bound per
+    branch (`world_size = dist.get_world_size()` under `device_count() > 1`, `world_size = 1`
+    in its `else`) tells the branch by its literal (`if world_size != 1:` is the wrapped one). A factory of another file that wraps under a hardware test
     (`if opt.isTrain and len(opt.gpu_ids): model = DataParallel(model)`, `n_gpu > 1`,
     `torch.cuda.device_count() > 1`) counts as "wrapped on some paths" unless the read repeats
     a test of the same hardware (names are read as what the file binds them to:
@@ -49,7 +60,11 @@ class ModuleOnBareModel(Rule):
     (`if self.deepspeed:`: the object is then DeepSpeed's engine, which has `.module`), under
     `if dist.is_initialized():` when a path wraps in DDP (the process group that wrap needs is
     up), after an `assert` that rules the wrapped or bare path out, when the model is never wrapped in what the analysis can see (a
-    class of the project may well have its own `module` attribute), and when what the bare path holds is
+    class of the project may well have its own `module` attribute), when the other path holds
+    an object of a project class that has `.module` itself (its `__init__` sets `self.module =
+    net`, it defines `module` or `__getattr__`, or subclasses a torch wrapper; its project
+    bases too), when the read sits in a `try` whose `except` catches AttributeError (bare,
+    `Exception`) and falls back, and when what the bare path holds is
     unknown (a parameter that different callers fill differently).
 
     ## Why is this bad?
@@ -152,6 +167,8 @@ class ModuleOnBareModel(Rule):
                 continue
             if known_bare_paths(model, base, node, wrappings) == 0:
                 continue
+            if attribute_error_handled(model, node):
+                continue  # `try: m.module ... except AttributeError: <fallback>`
             if not any(wrapping_model(model, w) is model or wrapped_on_some_machines(model, w, node) for w in wrappings):
                 continue  # wrapped in another file under its own configuration test: can't tell
             if any(c.holds and _DEEPSPEED.search(c.test) for c in conditions_at(model, node)):
