@@ -642,15 +642,15 @@ def path_edit_folders(path: str, text: str) -> list[str]:
     here = os.path.dirname(os.path.abspath(path))
     found: list[str] = []
     for line in text.splitlines():
-        code = line.split("#", 1)[0]
-        if "join(" not in code and "sys.path" not in code and " / " not in code:
+        statement = line.split("#", 1)[0]
+        if "join(" not in statement and "sys.path" not in statement and " / " not in statement:
             continue
-        parts = [match.group(2) for match in _PATH_STRING.finditer(code)]
+        parts = [match.group(2) for match in _PATH_STRING.finditer(statement)]
         if not parts:
             continue
         ups = 0
-        if "__file__" in code:  # the first `dirname`/`.parent` is the file's own folder
-            ups = max(code.count("dirname(") + len(re.findall(r"\.parent\b", code)) - 1, 0)
+        if "__file__" in statement:  # the first `dirname`/`.parent` is the file's own folder
+            ups = max(statement.count("dirname(") + len(re.findall(r"\.parent\b", statement)) - 1, 0)
         base = here
         for _ in range(ups):
             base = os.path.dirname(base)
