@@ -234,6 +234,10 @@ def _blocks(body: cst.BaseSuite) -> Sequence[cst.CSTNode]:
     return (body,)  # SimpleStatementSuite: one "statement" of small statements
 
 
+# Dict-entry flags read inside another entry's branch tests, at most (see `_dictionary_flag`).
+MAX_FLAG_DEPTH = 2
+_OPEN_FLAGS = [0]
+
 class Flow:
     def __init__(self, model: "SemanticModel") -> None:
         self.model = model
@@ -794,20 +798,24 @@ class Flow:
                 and isinstance(test.slice[0].slice, cst.Index) else None
         except ValueError:
             return None
-        if not isinstance(key, str) or test in self._inlining:
+        if not isinstance(key, str) or test in self._inlining or _OPEN_FLAGS[0] >= MAX_FLAG_DEPTH:
             return None
+        # The stores' own branch tests may be entries again (`if cfg["amp"]: cfg["dist"] = ...`):
+        # followed a little way only, and never back into a test still being read.
         self._inlining.add(test)
+        _OPEN_FLAGS[0] += 1
         try:
             holders = self._dict_holders(test.value, test, 4)
+            stores = [(owner, assign) for owner, scope_node, name in holders for assign in _entry_stores(owner, scope_node, name, key)]
+            paths: dict = {True: [], False: []}
+            for owner, assign in stores:
+                flag = _static(owner, assign.value) if isinstance(assign.value, cst.Name) else None
+                if flag is None:
+                    return None  # set to something else than a literal True / False
+                paths[flag].append(owner.flow.branch_conditions(assign))
         finally:
             self._inlining.discard(test)
-        stores = [(owner, assign) for owner, scope_node, name in holders for assign in _entry_stores(owner, scope_node, name, key)]
-        paths: dict = {True: [], False: []}
-        for owner, assign in stores:
-            flag = _static(owner, assign.value) if isinstance(assign.value, cst.Name) else None
-            if flag is None:
-                return None  # set to something else than a literal True / False
-            paths[flag].append(owner.flow.branch_conditions(assign))
+            _OPEN_FLAGS[0] -= 1
         if not paths[True] or not paths[False]:
             return None
         for condition in reversed(paths[True][0]):
