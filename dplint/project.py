@@ -25,6 +25,7 @@ cache can tell when a finding must be recomputed because an imported file change
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import re
 from typing import TYPE_CHECKING, Iterator, Optional
@@ -570,24 +571,17 @@ class Project:
             parts = name[dots:].split(".") if name[dots:] else []
         else:
             bases = list(self._search_folders(importer_dir))
-        for base in bases:
+        for base in itertools.chain(bases, () if name.startswith(".") else self._added_folders(importer_dir, bases)):
             for cut in range(len(parts), 0, -1):
                 module_file = self._module_file(base, parts[:cut])
                 if module_file is not None:
                     yield module_file, parts[cut:]
                     break  # a deeper module shadows its package's attributes
-        if name.startswith("."):
-            return
-        # Last, the folders this folder's scripts put on `sys.path` (`import _init_paths`):
-        # only reached when the usual folders hold no part of the name.
-        for base in self._path_edit_folders(importer_dir):
-            if base in bases:
-                continue
-            for cut in range(len(parts), 0, -1):
-                module_file = self._module_file(base, parts[:cut])
-                if module_file is not None:
-                    yield module_file, parts[cut:]
-                    break
+
+    def _added_folders(self, folder: str, searched: list[str]) -> Iterator[str]:
+        """Last, the folders this folder's scripts put on `sys.path` (`import _init_paths`),
+        read only when the usual folders hold no part of the name (a generator: lazy)."""
+        yield from (added for added in self._path_edit_folders(folder) if added not in searched)
 
     def _path_edit_folders(self, folder: str) -> list[str]:
         """The folders that the scripts of `folder` add to `sys.path` relative to their own
