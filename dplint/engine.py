@@ -116,6 +116,7 @@ def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule
                  project=None, model: Optional[SemanticModel] = None) -> LintResult:
     if model is None:
         model = SemanticModel(module, path)
+        model.text = text
     if project is not None:
         project.register(model, text=text)
     result = LintResult()
@@ -137,12 +138,12 @@ def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule
             if owner is None:
                 result.findings.append(resolver.finding(rule, violation))
             else:  # the place to fix is in a file this one imports from: report it there, no fix
-                elsewhere.setdefault(owner, []).append(_EditResolver(owner.module.code, owner).finding(rule, violation, with_fix=False))
+                elsewhere.setdefault(owner, []).append(_EditResolver(owner.text, owner).finding(rule, violation, with_fix=False))
     result.findings.sort(key=lambda finding: finding.sort_key)
     result.findings = apply_suppressions(text, path, result.findings, codes)
     for owner, findings in elsewhere.items():
         findings.sort(key=lambda finding: finding.sort_key)
-        result.findings.extend(apply_suppressions(owner.module.code, owner.path, findings, codes))
+        result.findings.extend(apply_suppressions(owner.text, owner.path, findings, codes))
     if project is not None:
         result.dependencies = {**project.hashes(project.import_closure(path, text)), **project.dependencies(path)}
     return result

@@ -144,6 +144,7 @@ class Project:
         except RecursionError:
             return None
         model.project = self
+        model.text = source.text
         self._models[path] = model
         self._model_texts[path] = source.text
         self._forget_oldest()

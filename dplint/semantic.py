@@ -173,7 +173,20 @@ class SemanticModel:
         self.relative_star_imports: list[str] = []  # `from .ema import *`, in source order
         self.returns: dict[cst.CSTNode, list[cst.Return]] = {}  # function -> its own return statements
         self.generators: set[cst.CSTNode] = set()  # functions whose own body yields
+        self._text: Optional[str] = None
         _Collector(self).collect(module)
+
+    @property
+    def text(self) -> str:
+        """The file's source text. Set by whoever parsed it; otherwise rendered once: LibCST's
+        `module.code` renders the whole tree again on every read."""
+        if self._text is None:
+            self._text = self.module.code
+        return self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self._text = value
 
     @property
     def flow(self):

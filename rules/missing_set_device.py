@@ -231,7 +231,7 @@ def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Opt
     for site in model.calls:
         if site.qualified_name == SET_DEVICE:
             return True
-    if "CUDA_VISIBLE_DEVICES" in model.module.code:
+    if "CUDA_VISIBLE_DEVICES" in model.text:
         return True
     if depth <= 0:
         return False
@@ -354,7 +354,7 @@ def _fix(model: SemanticModel, call: cst.Call) -> Optional[Fix]:
     local_rank = None
     for candidate in ("local_rank", "args.local_rank", "opt.local_rank"):
         head = candidate.split(".")[0]
-        if "." in candidate and f"{candidate}" not in model.module.code:
+        if "." in candidate and f"{candidate}" not in model.text:
             continue  # `args` may have no `local_rank`: only where the script reads it itself
         if model.owner_scope(head, model.scope(call)) is not None:  # bound where the call runs
             local_rank = candidate

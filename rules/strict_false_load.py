@@ -278,8 +278,8 @@ def _only_imported_method(model: SemanticModel, call: cst.Call):
         return None
     method = call.func.attr.value
     spelled = f"def {method}("
-    closure = project.import_closure(model.path, model.module.code)
-    if not any(spelled in text for text in closure.values()) and spelled not in model.module.code:
+    closure = project.import_closure(model.path, model.text)
+    if not any(spelled in text for text in closure.values()) and spelled not in model.text:
         return None
     classes = [(model, node) for node in model.module.body if isinstance(node, cst.ClassDef)]
     for qualified in set(model.imports.values()):

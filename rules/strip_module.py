@@ -370,7 +370,7 @@ def _unsuppressed(model: SemanticModel, loads: list[dict], code: str) -> list[di
     """
     from dplint.suppressions import MAY_HAVE_DIRECTIVE, find_directives
 
-    text = model.module.code
+    text = model.text
     if not MAY_HAVE_DIRECTIVE.search(text):
         return loads
     directives = find_directives(text) or []
