@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+import libcst as cst
+
 from dplint.checkpoints import SavedWrapperStateDict, checkpoint_facts, contained_wrapper, wrapper_kind_name
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
@@ -80,6 +82,10 @@ class SaveWrappedStateDict(Rule):
     object than the one saved, or when the `AveragedModel` gets the unwrapped model
     (`net.module if isinstance(net, nn.DataParallel) else net`); a sub-module held in
     `self.x.encoder` is not followed.
+
+    Silent when the same dict, list or tuple also holds the wrapper's unwrapped weights
+    (`{"state_dict": net.state_dict(), "best_state_dict": net.module.state_dict()}`): the
+    wrapper's keys are kept on purpose, for a resume into the same wrapper.
 
     Silent for a checkpoint in the temporary folder (`tempfile.gettempdir()`,
     `NamedTemporaryFile`) that the file reads back only into a wrapper: it does not outlive the
@@ -209,6 +215,8 @@ class SaveWrappedStateDict(Rule):
                 continue
             reported.add(state_dict.call)
             receiver = model.code(state_dict.receiver)
+            if _unwrapped_copy_beside(model, state_dict.call, receiver):
+                continue
             kind = wrapper_kind_name(state_dict.wrapping)
             conditional = not state_dict.every_path
             writer = f"`{model.code(save.save.func)}(...)` saves" if save.through_helper else "`torch.save` writes"
@@ -316,3 +324,25 @@ def _temporary_round_trip(model: SemanticModel, save: SavedWrapperStateDict) -> 
         return False
     facts = checkpoint_facts(model)
     return all(load.target_is_wrapper is not None for load in facts.loads if save in facts.wrapper_saves_of(load.loaded))
+
+
+def _unwrapped_copy_beside(model: SemanticModel, call: cst.Call, receiver: str) -> bool:
+    """`{"state_dict": net.state_dict(), "best_state_dict": net.module.state_dict()}`: the same
+    dict, list or tuple also holds the wrapper's unwrapped weights, so the wrapper's keys are
+    kept on purpose (a resume entry read back into the same wrapper)."""
+    element = model.parent(call)
+    container = model.parent(element) if isinstance(element, (cst.DictElement, cst.Element)) else None
+    if not isinstance(container, (cst.Dict, cst.List, cst.Tuple)):
+        return False
+    for other in container.elements:
+        value = getattr(other, "value", None)
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "state_dict"
+            and isinstance(value.func.value, cst.Attribute)
+            and value.func.value.attr.value == "module"
+            and model.code(value.func.value.value) == receiver
+        ):
+            return True
+    return False
