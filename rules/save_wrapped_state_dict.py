@@ -85,7 +85,10 @@ class SaveWrappedStateDict(Rule):
 
     Silent when the same dict, list or tuple also holds the wrapper's unwrapped weights
     (`{"state_dict": net.state_dict(), "best_state_dict": net.module.state_dict()}`): the
-    wrapper's keys are kept on purpose, for a resume into the same wrapper.
+    wrapper's keys are kept on purpose, for a resume into the same wrapper. Silent, too, when
+    the file reads the checkpoint back only into the same wrapper (wrapped on every path) and
+    also saves that wrapper's `.module.state_dict()` elsewhere: a resume file in the wrapper's
+    format beside a bare export.
 
     Silent for a checkpoint in the temporary folder (`tempfile.gettempdir()`,
     `NamedTemporaryFile`) that the file reads back only into a wrapper: it does not outlive the
@@ -215,7 +218,7 @@ class SaveWrappedStateDict(Rule):
                 continue
             reported.add(state_dict.call)
             receiver = model.code(state_dict.receiver)
-            if _unwrapped_copy_beside(model, state_dict.call, receiver):
+            if _unwrapped_copy_beside(model, state_dict.call, receiver) or _resume_round_trip(model, save, receiver):
                 continue
             kind = wrapper_kind_name(state_dict.wrapping)
             conditional = not state_dict.every_path
@@ -346,3 +349,14 @@ def _unwrapped_copy_beside(model: SemanticModel, call: cst.Call, receiver: str) 
         ):
             return True
     return False
+
+
+def _resume_round_trip(model: SemanticModel, save: SavedWrapperStateDict, receiver: str) -> bool:
+    """A resume file in the wrapper's format, on purpose: this file reads the checkpoint back
+    only into the same wrapper (wrapped on every path), and also saves the wrapper's unwrapped
+    weights (`receiver.module.state_dict()`) for everyone else."""
+    facts = checkpoint_facts(model)
+    loads = [load for load in facts.loads if save in facts.wrapper_saves_of(load.loaded)]
+    if not loads or not all(load.target_is_wrapper is not None and load.target_wrapped_on_every_path for load in loads):
+        return False
+    return f"{receiver}.module.state_dict()" in model.text
