@@ -761,8 +761,8 @@ def saved_parameters(model: SemanticModel, function: cst.FunctionDef, depth: int
 
 def _find_saved_parameters(model: SemanticModel, function: cst.FunctionDef, depth: int):
     params = {p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)}
-    for site in model.calls:
-        if site.qualified_name != TORCH_SAVE or enclosing_def(model, site.node) is not function:
+    for site in _calls_in(model, function):
+        if site.qualified_name != TORCH_SAVE:
             continue
         call = site.node
         if _forwards_star_args(call, function):
@@ -790,11 +790,11 @@ def _saved_by_inner_helpers(model: SemanticModel, function: cst.FunctionDef, par
     gets: `def finetune(args, model): save_checkpoint({"student": model.state_dict()}, path)`
     with `def save_checkpoint(state, path): torch.save(state, path)` saves `model.state_dict()`
     under ("student",), so each caller's wrapper is reported where it is handed to `finetune`."""
-    for site in model.calls:
+    for site in _calls_in(model, function):
         call = site.node
-        if site.qualified_name in (TORCH_SAVE, TORCH_LOAD) or not call.args or enclosing_def(model, call) is not function:
+        if site.qualified_name in (TORCH_SAVE, TORCH_LOAD) or not call.args:
             continue
-        if not any(not arg.star and (_may_hold_state_dict(model, arg.value, call, 2) or _is_parameter(model, arg.value, call, params))
+        if not any(not arg.star and (_may_hold_state_dict_at_call(model, arg.value, call) or _is_parameter(model, arg.value, call, params))
                    for arg in call.args):
             continue  # cheap: only a call handing over a state dict or a parameter may save one
         target = called_function(model, call)
@@ -1011,7 +1011,7 @@ def _saved_through_helper(model: SemanticModel, call: cst.Call, spells_state_dic
     False: the file has no `.state_dict` attribute anywhere (`_spells_state_dict`)."""
     candidates = [arg for arg in call.args if not arg.star]
     if not any(
-        spells_state_dict and _may_hold_state_dict(model, arg.value, call, 2) or _may_be_wrapper(model, arg.value)
+        spells_state_dict and _may_hold_state_dict_at_call(model, arg.value, call) or _may_be_wrapper(model, arg.value)
         for arg in candidates
     ):
         return  # cheap: most calls hand over no state dict or wrapper, and resolving callees costs
@@ -1197,6 +1197,34 @@ def _helper_path(model, call, other, function, bound, saved: SavedParameter) -> 
         return saved.path
     literal = shape if "*" not in shape else None
     return CheckpointPath(literal or saved.path.literal, None, repr(literal) if literal else f"`{shape}`", shape)
+
+
+_CALLS_IN: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _calls_in(model: SemanticModel, function: cst.FunctionDef) -> list:
+    """The call sites of `model.calls` whose innermost def (or lambda) is `function`, in order;
+    indexed once per file: every function's summary asks, and each ask would otherwise walk
+    the ancestors of every call of the file."""
+    table = _CALLS_IN.get(model)
+    if table is None:
+        table = _CALLS_IN[model] = {}
+        for site in model.calls:
+            table.setdefault(enclosing_def(model, site.node), []).append(site)
+    return table.get(function, [])
+
+
+_HOLDS_AT_CALL: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _may_hold_state_dict_at_call(model: SemanticModel, expr: cst.BaseExpression, call: cst.Call) -> bool:
+    """`_may_hold_state_dict` of an argument of a call, two names deep, once per file: a
+    file's own saves and its helpers' summaries test the same arguments."""
+    table = _HOLDS_AT_CALL.setdefault(model, {})
+    key = (expr, call)
+    if key not in table:
+        table[key] = _may_hold_state_dict(model, expr, call, 2)
+    return table[key]
 
 
 def _may_hold_state_dict(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> bool:

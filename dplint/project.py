@@ -79,6 +79,8 @@ class Project:
         self._callers: dict[tuple, Optional[list]] = {}
         self._importers: dict[str, dict[str, list[tuple[str, Optional[str]]]]] = {}  # root -> file -> (importer, name)
         self._importer_pieces: dict[str, dict[str, str]] = {}
+        self._mentioned: dict[tuple, bool] = {}  # (importer's folder, name, words, budget) -> answer
+        self._file_imports: dict[str, tuple[str, list]] = {}  # file -> (its text, imported_definitions)
 
     # ------------------------------------------------------------------- bookkeeping
     def register(self, model: SemanticModel, raw: Optional[bytes] = None, text: Optional[str] = None) -> None:
@@ -214,6 +216,14 @@ class Project:
                     for used in _attributes_used(text, alias):
                         yield module_file, used
 
+    def _imports_of_file(self, path: str, text: str) -> list[tuple[str, Optional[str]]]:
+        """`imported_definitions` of a whole project file's text, without repeats, read once
+        per run (the importers' index and every callers' search read the same files)."""
+        known = self._file_imports.get(path)
+        if known is None or known[0] is not text and known[0] != text:
+            known = self._file_imports[path] = (text, list(dict.fromkeys(self.imported_definitions(path, text))))
+        return known[1]
+
     def import_closure(self, path: str, text: str, depth: int = 2, limit: int = 40, importers: bool = True) -> dict[str, str]:
         """{path: text} of what the file imports from the project, for the pre-filter: the
         source of each imported definition (not the whole module: a package's `__init__`
@@ -327,7 +337,7 @@ class Project:
                 text = self._text(path)
                 if text is None or "import" not in text:
                     continue
-                for module_file, name in dict.fromkeys(self.imported_definitions(path, text)):
+                for module_file, name in self._imports_of_file(path, text):
                     if module_file != path:
                         index.setdefault(module_file, []).append((path, name))
             self._importers[root] = index
@@ -337,8 +347,13 @@ class Project:
         """Whether the source of the project definition an imported name denotes holds one of
         `words`, read as text without parsing: a rule looking for wrappers need not parse a
         module whose function never names one. Re-exports (`from .x import name` in a package's
-        `__init__`) are followed; where the text cannot tell, the answer is True."""
-        return self._mentions(qualified_name, importer.path, words, budget)
+        `__init__`) are followed; where the text cannot tell, the answer is True.
+        Memoised per run: the answer depends only on the importer's folder (where the name
+        resolves), the name and the project's texts, and rules ask it for every call."""
+        key = (os.path.dirname(os.path.abspath(importer.path)), qualified_name, words, budget)
+        if key not in self._mentioned:
+            self._mentioned[key] = self._mentions(qualified_name, importer.path, words, budget)
+        return self._mentioned[key]
 
     def _mentions(self, qualified_name: str, importer_path: str, words: tuple[str, ...], budget: int) -> bool:
         for module_file, attributes in self._candidates(qualified_name, importer_path):
@@ -470,7 +485,7 @@ class Project:
         (a re-export): a file that only shares a module's name (each sub-project's own
         `utils/data_utils.py`) or has some relative import elsewhere cannot call into `own`."""
         own = os.path.abspath(own)
-        for module_file, _ in self.imported_definitions(path, text):
+        for module_file, _ in self._imports_of_file(path, text):
             if module_file == own:
                 return True
             if os.path.basename(module_file) == "__init__.py" and own.startswith(os.path.dirname(module_file) + os.sep):

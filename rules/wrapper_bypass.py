@@ -214,8 +214,8 @@ class WrapperBypass(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         for site in model.calls:
-            if site.in_no_grad:
-                continue
+            if site.in_no_grad or not feeds_backward(model, site.node):
+                continue  # first: a set computed once per file, where most calls are not
             func = site.node.func
             method = None
             use = inner_model_use(model, func, site.node)
@@ -227,8 +227,6 @@ class WrapperBypass(Rule):
                 if use is not None and use.wrapper is None:
                     use = None  # `net.predict(x)` on a wrapped name: may be a wrapper-free helper
             if use is None:
-                continue
-            if not feeds_backward(model, site.node):
                 continue
             if _wrapper_forward_is_backpropagated(model, use.wrapping, site):
                 continue  # both paths in one function: a deliberate choice, not a slip
