@@ -58,7 +58,12 @@ class HandRolledStrip(Rule):
     same test. So is a test of every key of the mapping the strip walks, in an `if` (or its
     `and` parts, or a name bound to it) around the loop: `if all(k.startswith("module.") for k
     in sd): sd = {k[7:]: v ...}`. An `any(...)` test, or an `all(...)` over another mapping,
-    does not show that each stripped key has the prefix, and is flagged like no test.
+    does not show that each stripped key has the prefix, and is flagged like no test. An
+    exact test of the mapping's first key for `module.` in such an `if` is a guard too
+    (`first = next(iter(sd))`; `if first.split(".")[0] == "module":`, `if
+    list(sd)[0].startswith("module."):`): a wrapper's state dict has the prefix on every key and
+    a bare model's on none. `startswith("module")` without the dot is not exact (a bare
+    Darknet's `module_list.…` matches it).
 
     The prefix may be a literal, a name bound to one, or a parameter that every call of its
     function in this file passes `"module."` for. Silent for other prefixes (`_orig_mod.` from
@@ -224,7 +229,11 @@ class HandRolledStrip(Rule):
             if loop is None:
                 continue
             guards = [prefix for scope, name in loop.guard_scopes for prefix in _startswith_prefixes(model, scope, name)]
-            guarded = any(prefix in GUARD_PREFIXES for prefix in guards) or _every_key_tested(model, loop)
+            guarded = (
+                any(prefix in GUARD_PREFIXES for prefix in guards)
+                or _every_key_tested(model, loop)
+                or _first_key_has_wrapper_prefix(model, loop)
+            )
             if any(_module_inside(prefix) for prefix in guards) and kind != "lstrip":
                 continue  # `backbone.module.`: only a sub-module was wrapped, not the model
             code = model.code(node)
@@ -639,6 +648,78 @@ def _all_keys_have_prefix(model: SemanticModel, test: cst.BaseExpression, mappin
     if source is None or model.code(source) != mapping:
         return False
     return _key_prefix_test(model, comp.elt, target.value) in GUARD_PREFIXES
+
+
+def _first_key_has_wrapper_prefix(model: SemanticModel, loop: KeyLoop) -> bool:
+    """The strip runs only under an `if` (around the loop, in this function) that tests the
+    first key of the mapping it walks for the exact wrapper prefix: `first = next(iter(sd))`
+    then `if first.split(".")[0] == "module":` (or `first.startswith("module.")`, `first[:7]
+    == "module."`), or `if list(sd)[0].startswith("module."):`. A wrapper's state dict has the
+    prefix on every key and a bare model's on none, so one key decides. `startswith("module")`
+    without the dot is not exact (`module_list.0.conv` of a bare Darknet also matches)."""
+    wanted = model.code(loop.source)
+    child: cst.CSTNode = loop.owner
+    for ancestor in model.ancestors(loop.owner):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
+            if any(_tests_first_key(model, test, wanted) for test in _conjuncts(model, ancestor.test)):
+                return True
+        child = ancestor
+    return False
+
+
+def _tests_first_key(model: SemanticModel, test: cst.BaseExpression, mapping: str) -> bool:
+    """`first.split(".")[0] == "module"` / `first.startswith("module.")` with `first` bound to
+    the first key of `mapping`, or `next(iter(mapping)).startswith("module.")` in place."""
+    if isinstance(test, cst.Call):
+        method = method_call(test)
+        if method and method[1] == "startswith" and _is_first_key(model, method[0], mapping, test):
+            return _prefix_value(model, argument(test, 0), test) == "module."
+    for name in _names_in(test):
+        value = model.value_at(name, test)
+        if value is not None and value is not name and _is_first_key(model, value, mapping, test):
+            return _key_prefix_test(model, test, name.value) == "module."
+    return False
+
+
+def _names_in(test: cst.BaseExpression) -> list[cst.Name]:
+    """The plain names `test` reads on the key's side: `first` in `first.split(".")[0] == ...`."""
+    found: list[cst.Name] = []
+    if isinstance(test, cst.Call):
+        method = method_call(test)
+        if method and isinstance(method[0], cst.Name):
+            found.append(method[0])
+    elif isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        for side in (test.left, test.comparisons[0].comparator):
+            while isinstance(side, (cst.Subscript, cst.Call)):
+                side = side.value if isinstance(side, cst.Subscript) else (method_call(side) or (None,))[0]
+            if isinstance(side, cst.Name):
+                found.append(side)
+    return found
+
+
+def _is_first_key(model: SemanticModel, expr, mapping: str, at: cst.CSTNode) -> bool:
+    """`next(iter(X))`, `list(X)[0]`, `list(X.keys())[0]` for X spelled `mapping`."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "next" and expr.args:
+        inner = expr.args[0].value
+        if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name) and inner.func.value == "iter" and inner.args:
+            return _spells_mapping(model, inner.args[0].value, mapping)
+        return False
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        if _literal_or_none(expr.slice[0].slice.value) != 0:
+            return False
+        listed = expr.value
+        if isinstance(listed, cst.Call) and isinstance(listed.func, cst.Name) and listed.func.value == "list" and listed.args:
+            return _spells_mapping(model, listed.args[0].value, mapping)
+    return False
+
+
+def _spells_mapping(model: SemanticModel, expr: cst.BaseExpression, mapping: str) -> bool:
+    method = method_call(expr) if isinstance(expr, cst.Call) and not expr.args else None
+    if method is not None and method[1] == "keys":
+        expr = method[0]
+    return model.code(expr) == mapping
 
 
 def _module_inside(prefix: str) -> bool:
