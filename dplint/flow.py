@@ -117,12 +117,22 @@ class Condition:
         GPUs or processes (`n_gpu`, `len(gpu_ids)`, `world_size`, a whole number, never
         negative): `n == 1` holding is `n > 1` failing and `n > 1` holding is `n == 1`
         failing. `n == 1` failing is read as `n > 1` holding: the zero count (no GPU at all)
-        is a run the code does not say it supports, and nothing is reported for it."""
+        is a run the code does not say it supports, and nothing is reported for it.
+
+        Several GPUs (a GPU count, not a process count, above one: `len(gpu_ids) > 1`,
+        `torch.cuda.device_count() > 1`) imply `torch.cuda.is_available()`: `device_count()`
+        is 0 without CUDA, and a run naming several GPU ids on a machine without CUDA is not
+        one the code supports (`if torch.cuda.is_available() and len(ids) > 1: DataParallel`
+        read back under `len(ids) > 1` alone is not reported). A process count (`world_size`)
+        implies nothing about CUDA: several processes run on CPUs too (gloo)."""
         found = self.if_holds if self.holds else self.if_fails
         count = _count_test(self.test)
         if count is None:
             return found
         subject, operator = count.group(1), count.group(2)
+        several = self.holds != (operator == "==")
+        if several and _gpu_count(self.test):
+            found = (*found, _CUDA_AVAILABLE)
         if operator == "==":
             return (*found, Condition(subject + ">1", not self.holds, self.scope))
         return (*found, Condition(subject + "==1", False, self.scope)) if self.holds else found
@@ -182,9 +192,33 @@ def with_implied(path: Sequence[Condition]) -> tuple:
 _COUNT_TEST = re.compile(r"^(len\(.*\)|.*(?:device_count\(\)|world_size|gpu|nproc|num_process)\w*)(==|>)1$", re.IGNORECASE)
 
 
+# A count of GPUs (not of processes): what `Condition.implied` reads as needing CUDA.
+_GPU_COUNT = re.compile(r"gpu|device|cuda", re.IGNORECASE)
+_PROCESS_COUNT = re.compile(r"world_size|nproc|num_process|rank", re.IGNORECASE)
+_CUDA_AVAILABLE = Condition("torch.cuda.is_available()", True, 0)
+
+
 @lru_cache(maxsize=4096)
 def _count_test(text: str):
     return _COUNT_TEST.match(text)
+
+
+def _portable(conditions: Sequence[Condition]) -> Path:
+    """The conditions kept when a value crosses into another file, whose names the others are
+    not in: tests of torch's own state (`torch.cuda.is_available()`,
+    `torch.distributed.is_initialized()`), and a count of the run's GPUs spelled the same way
+    (`len(device_ids) > 1`, `n_gpu == 1`: one run has one number of GPUs, as
+    `wrapped_on_some_machines` reads a factory's hardware test repeated by its caller). A
+    bare model that stays bare because CUDA is missing or one GPU id was given, handed to a
+    checkpoint helper of another file that tests the same count, keeps that path."""
+    return tuple(c for c in conditions if c.scope == 0 and (
+        c.test.startswith(("torch.cuda.", "torch.distributed.")) or _gpu_count(c.test)))
+
+
+def _gpu_count(text: str) -> bool:
+    """A test of a count of GPUs against one (`len(gpu_ids) > 1`), not of processes."""
+    count = _count_test(text)
+    return count is not None and bool(_GPU_COUNT.search(count.group(1))) and not _PROCESS_COUNT.search(count.group(1))
 
 
 def _join(first: Sequence[Condition], second: Sequence[Condition]) -> Path:
@@ -505,7 +539,7 @@ class Flow:
                             if value.model is base_model else value.conditions
                         values.append(Value(value.model, value.expr, _join(path, mapped), value.binding))
                     else:
-                        values.append(Value(value.model, value.expr, path, value.binding))
+                        values.append(Value(value.model, value.expr, _join(path, _portable(value.conditions)), value.binding))
         return values or [Value(self.model, None, path)]
 
     def _overriding_method(self, owner: "Scope", base_model: "SemanticModel", binding: "Binding") -> Optional[cst.FunctionDef]:
@@ -1257,7 +1291,8 @@ class Flow:
         # file hands back conditions of this file even for a value made in another (a caller's
         # wrapper, passed in and returned by `unwrap(m)`: `m.module if wrapped else m`).
         return [
-            Value(v.model, v.expr, _join(path, v.conditions) if v.model is self.model or callee.model is self.model else path, v.binding)
+            Value(v.model, v.expr, _join(path, v.conditions if v.model is self.model or callee.model is self.model
+                                         else _portable(v.conditions)), v.binding)
             for v in callee.model.flow.returned_values(callee, call, self.model, context, depth - 1)
         ]
 
@@ -1306,7 +1341,7 @@ class Flow:
             return self.values_at(argument, where, path, context, depth - 1)
         # The only caller is in another file: its values, with its own conditions.
         return [
-            Value(v.model, v.expr, path if v.model is not self.model else _join(path, v.conditions), v.binding)
+            Value(v.model, v.expr, _join(path, v.conditions if v.model is self.model else _portable(v.conditions)), v.binding)
             for v in caller.flow.values_at(argument, call, (), (), depth - 1)
         ]
 

@@ -48,7 +48,13 @@ class ModuleOnBareModel(Rule):
     processes is a whole number (`n_gpu >= 2` is `n_gpu > 1`; the `else` of `n_gpu == 1` is
     read as `n_gpu > 1`: a machine without any GPU is left unjudged); and a name bound per
     branch (`world_size = dist.get_world_size()` under `device_count() > 1`, `world_size = 1`
-    in its `else`) tells the branch by its literal (`if world_size != 1:` is the wrapped one). A factory of another file that wraps under a hardware test
+    in its `else`) tells the branch by its literal (`if world_size != 1:` is the wrapped one);
+    several GPUs (`len(gpu_ids) > 1`, `device_count() > 1`; not a process count such as
+    `world_size`, which CPUs run too) imply `torch.cuda.is_available()`, so a wrap under
+    `torch.cuda.is_available() and len(ids) > 1` read back under `len(ids) > 1` alone is clean:
+    the bare path there is a machine without CUDA given several GPU ids, a run the code does
+    not support. Across files a path keeps its tests of torch's state and its GPU counts
+    spelled alike (`len(device_ids) > 1` in the helper that wraps and the one that saves). A factory of another file that wraps under a hardware test
     (`if opt.isTrain and len(opt.gpu_ids): model = DataParallel(model)`, `n_gpu > 1`,
     `torch.cuda.device_count() > 1`) counts as "wrapped on some paths" unless the read repeats
     a test of the same hardware (names are read as what the file binds them to:
