@@ -35,7 +35,9 @@ class ModuleOnBareModel(Rule):
     under the same test that wrapped (`if n_gpu > 1: ... model.module`), or under a test of
     the object itself (`if hasattr(model, "module")`, `isinstance(model, DDP)`), is clean.
     The model is followed through names, branches, `self.x`, same-file functions and imported
-    project files.
+    project files; a method the instance calls on itself (`self.cuda()` in `__init__`) is
+    followed into the method that runs on it, a subclass's override first, so a wrap there
+    under `len(gpu_ids) > 1` counts with the test around the call.
 
     Paths are judged with the parts of a compound test (`if acc and local_rank != -1:` holds
     `local_rank != -1`; a wrap under `a and b` is ruled out where `not b`), and tests are read
@@ -53,7 +55,8 @@ class ModuleOnBareModel(Rule):
     `world_size`, which CPUs run too) imply `torch.cuda.is_available()`, so a wrap under
     `torch.cuda.is_available() and len(ids) > 1` read back under `len(ids) > 1` alone is clean:
     the bare path there is a machine without CUDA given several GPU ids, a run the code does
-    not support. Across files a path keeps its tests of torch's state and its GPU counts
+    not support; likewise several ids imply the first is a GPU (`gpu_ids[0] >= 0` holds, the
+    `-1` CPU marker is not among several ids). Across files a path keeps its tests of torch's state and its GPU counts
     spelled alike (`len(device_ids) > 1` in the helper that wraps and the one that saves). A factory of another file that wraps under a hardware test
     (`if opt.isTrain and len(opt.gpu_ids): model = DataParallel(model)`, `n_gpu > 1`,
     `torch.cuda.device_count() > 1`) counts as "wrapped on some paths" unless the read repeats
