@@ -63,6 +63,11 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   ``self.m()``, ``obj.m()`` where ``obj = Cls(...)`` of this file. ``Callee(model, node,
   bound)``; ``bound`` when the first parameter is the instance; ``.function`` is the def
   that runs (a class's ``__init__``).
+* ``model.flow.all_call_sites(function)`` - the calls of a function in the whole project
+  (``Project.callers``); for a base class's ``__init__`` that other files subclass, the
+  subclasses' ``super().__init__(...)`` / ``Base.__init__(self, ...)`` calls (when every
+  subclass defines ``__init__`` and calls it once). ``super(Trainer, self)`` does not make
+  ``Trainer``'s constructor escape.
 * ``model.flow.call_sites(function) -> Optional[list[(cst.Call, bound)]]`` - the calls of a same-file
   function (or of a class's constructor); None when it escapes (passed as a value,
   decorated).
@@ -1771,9 +1776,52 @@ class Flow:
             except Exception:  # a project that cannot answer: callers unknown
                 others = None
             if others is None:
+                # a base class's constructor, which `Project.callers` does not follow through
+                # the subclasses (`class Trainer(BaseTrainer)` is a use it cannot call): their
+                # `super().__init__(...)` calls, when every subclass makes one
+                others = self._subclass_constructor_calls(function)
+            if others is None:
                 return None
             sites.extend(others)
         return sites or None
+
+    def _subclass_constructor_calls(self, function: cst.FunctionDef) -> Optional[list]:
+        """(model, call, bound) of each `super().__init__(...)` / `Base.__init__(self, ...)`
+        that the project's subclasses (other files, named by their base's plain name) make of
+        the class whose `__init__` is `function`; None when there is none, when a subclass
+        has no `__init__` of its own (its callers run this one: not followed), or when its
+        `__init__` does not call this one exactly once."""
+        import os
+
+        class_node = self.model.parent(self.model.parent(function))
+        project = self.model.project
+        if not isinstance(class_node, cst.ClassDef) or self.model.classes.get(class_node.name.value) is not class_node \
+                or function.name.value != "__init__" or not hasattr(project, "project_files"):
+            return None
+        subclassing = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([^)]*\b" + re.escape(class_node.name.value) + r"\b", re.M)
+        own = os.path.abspath(self.model.path)
+        found: list = []
+        for path in project.project_files(own):
+            if os.path.abspath(path) == own:
+                continue
+            text = project.file_text(path)
+            if not text or not subclassing.search(text):
+                continue
+            other = project.model_for(path)
+            if other is None:
+                continue
+            for subclass in list(other.classes.values()):
+                if not any((other.flow._class_named(base.value) or (None, None))[1] is class_node for base in subclass.bases):
+                    continue
+                constructor = class_method(subclass, "__init__")
+                if constructor is None:
+                    return None
+                calls = [call for call in other.flow._own_calls(constructor) if _calls_base_constructor(call, class_node)]
+                if len(calls) != 1:
+                    return None
+                bound = not (isinstance(calls[0].func, cst.Attribute) and isinstance(calls[0].func.value, cst.Name))
+                found.append((other, calls[0], bound))
+        return found or None
 
     def _collect_call_sites(self) -> dict:
         model = self.model
@@ -1877,6 +1925,16 @@ class _MethodCall:
                 else [(binding, _join(ctx, conditions))]
             out.extend(e for e in entries if e not in out)
         return out
+
+
+def _calls_base_constructor(call: cst.Call, base: cst.ClassDef) -> bool:
+    """`super().__init__(...)`, `super(Sub, self).__init__(...)` or `Base.__init__(self, ...)`."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value != "__init__":
+        return False
+    if isinstance(func.value, cst.Call):
+        return isinstance(func.value.func, cst.Name) and func.value.func.value == "super"
+    return isinstance(func.value, cst.Name) and func.value.value == base.name.value
 
 
 def _owns(model: "SemanticModel", binding) -> bool:
@@ -2193,7 +2251,7 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
     if name == "__init__" and isinstance(owner_class, cst.ClassDef):
         # A constructor escapes with its class: subclassed, passed around, made elsewhere.
         for node, _, _ in model.references.get(owner_class.name.value, ()):
-            if node is not owner_class.name and node not in callee_nodes:
+            if node is not owner_class.name and node not in callee_nodes and not _super_argument(model, node):
                 return True
         return False
     defined_in = next((a for a in model.ancestors(target) if isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Module))), None)
@@ -2213,6 +2271,13 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
             continue  # a parameter or another definition of the same spelling elsewhere
         return True
     return False
+
+
+def _super_argument(model: "SemanticModel", node: cst.CSTNode) -> bool:
+    """`Trainer` in `super(Trainer, self).__init__(...)`: naming the class to find its bases."""
+    arg = model.parent(node)
+    call = model.parent(arg) if isinstance(arg, cst.Arg) else None
+    return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "super"
 
 
 def _element_index(model: "SemanticModel", targets, key: str) -> Optional[int]:

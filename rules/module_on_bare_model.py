@@ -46,7 +46,8 @@ class ModuleOnBareModel(Rule):
     DDP)`; `type(m) is DDP` is the isinstance test); a flag bound once to a test is that test
     (`distributed = torch.cuda.device_count() > 1`, a script global too), and so is a dict
     entry set `True` under a test and `False` in its `else` (`config["distributed"]`, followed
-    through `self.config`, a parameter's only caller and other files); a count of GPUs or
+    through `self.config`, a parameter's only caller, a base class constructor's subclass
+    calling `super().__init__(config, ...)`, and other files); a count of GPUs or
     processes is a whole number (`n_gpu >= 2` is `n_gpu > 1`; the `else` of `n_gpu == 1` is
     read as `n_gpu > 1`: a machine without any GPU is left unjudged); and a name bound per
     branch (`world_size = dist.get_world_size()` under `device_count() > 1`, `world_size = 1`
