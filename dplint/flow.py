@@ -311,6 +311,7 @@ class Flow:
         self._before_constructor_calls: set = set()
         self._derived_now: Optional[tuple] = None  # (model, ClassDef) whose instance a walk follows
         self._summaries_running: set = set()
+        self._subclass_calls: dict = {}  # base class __init__ -> its subclasses' super().__init__ calls
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -1791,6 +1792,13 @@ class Flow:
         the class whose `__init__` is `function`; None when there is none, when a subclass
         has no `__init__` of its own (its callers run this one: not followed), or when its
         `__init__` does not call this one exactly once."""
+        if function in self._subclass_calls:
+            return self._subclass_calls[function]
+        self._subclass_calls[function] = None  # a subclass's `__init__` that leads back here: unknown
+        self._subclass_calls[function] = found = self._find_subclass_constructor_calls(function)
+        return found
+
+    def _find_subclass_constructor_calls(self, function: cst.FunctionDef) -> Optional[list]:
         import os
 
         class_node = self.model.parent(self.model.parent(function))
