@@ -35,9 +35,14 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   (``super().__init__(net, cfg)``, ``Base.__init__(self, net)``), live in every other
   method unless the class's own constructor replaces it. ``values_at`` maps the base
   constructor's parameters to what that one ``super().__init__(...)`` call passes, and reads
-  the base's tests on ``self.x`` as the subclass's (the same instance). Not followed: a
+  the base's tests on ``self.x`` as the subclass's (the same instance). A method's call
+  ``self.m(...)`` of a method that binds ``self.x`` takes up what ``m`` leaves there (its
+  state where it ends or returns, what it did not rebind passing through), ``m`` looked up
+  as Python does on the instance being analysed: the most-derived class first, then its
+  project bases (a base ``__init__`` calling ``self.cuda()`` runs the subclass's override,
+  and a base method that the subclass overrides never runs on it). Not followed: a
   base-class method reading an attribute that only some subclasses set (the base's own
-  bindings answer there).
+  bindings answer there); ``super().m()`` inside an override.
 * ``model.flow.values_at(expr, at) -> list[Value]`` - everything ``expr`` may hold, through
   names (all reaching bindings), ``a if c else b`` (both, with ``c`` as a condition),
   self-returning calls (``.cuda()``), calls of same-file functions (their return values,
@@ -58,6 +63,11 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   ``self.m()``, ``obj.m()`` where ``obj = Cls(...)`` of this file. ``Callee(model, node,
   bound)``; ``bound`` when the first parameter is the instance; ``.function`` is the def
   that runs (a class's ``__init__``).
+* ``model.flow.all_call_sites(function)`` - the calls of a function in the whole project
+  (``Project.callers``); for a base class's ``__init__`` that other files subclass, the
+  subclasses' ``super().__init__(...)`` / ``Base.__init__(self, ...)`` calls (when every
+  subclass defines ``__init__`` and calls it once). ``super(Trainer, self)`` does not make
+  ``Trainer``'s constructor escape.
 * ``model.flow.call_sites(function) -> Optional[list[(cst.Call, bound)]]`` - the calls of a same-file
   function (or of a class's constructor); None when it escapes (passed as a value,
   decorated).
@@ -117,12 +127,27 @@ class Condition:
         GPUs or processes (`n_gpu`, `len(gpu_ids)`, `world_size`, a whole number, never
         negative): `n == 1` holding is `n > 1` failing and `n > 1` holding is `n == 1`
         failing. `n == 1` failing is read as `n > 1` holding: the zero count (no GPU at all)
-        is a run the code does not say it supports, and nothing is reported for it."""
+        is a run the code does not say it supports, and nothing is reported for it.
+
+        Several GPUs (a GPU count, not a process count, above one: `len(gpu_ids) > 1`,
+        `torch.cuda.device_count() > 1`) imply `torch.cuda.is_available()`: `device_count()`
+        is 0 without CUDA, and a run naming several GPU ids on a machine without CUDA is not
+        one the code supports (`if torch.cuda.is_available() and len(ids) > 1: DataParallel`
+        read back under `len(ids) > 1` alone is not reported); several ids in a list imply its
+        first is a GPU id (`len(ids) > 1` holding is `ids[0] < 0` failing: `-1`, the usual
+        "run on the CPU" id, comes alone). A process count (`world_size`) implies nothing
+        about CUDA: several processes run on CPUs too (gloo)."""
         found = self.if_holds if self.holds else self.if_fails
         count = _count_test(self.test)
         if count is None:
             return found
         subject, operator = count.group(1), count.group(2)
+        several = self.holds != (operator == "==")
+        if several and _gpu_count(self.test):
+            found = (*found, _CUDA_AVAILABLE)
+            if subject.startswith("len(") and subject.endswith(")"):
+                # `len(gpu_ids) > 1`: the first id is a GPU, not the CPU marker (`gpu_ids[0] < 0`)
+                found = (*found, Condition(subject[4:-1] + "[0]<0", False, 0))
         if operator == "==":
             return (*found, Condition(subject + ">1", not self.holds, self.scope))
         return (*found, Condition(subject + "==1", False, self.scope)) if self.holds else found
@@ -182,9 +207,33 @@ def with_implied(path: Sequence[Condition]) -> tuple:
 _COUNT_TEST = re.compile(r"^(len\(.*\)|.*(?:device_count\(\)|world_size|gpu|nproc|num_process)\w*)(==|>)1$", re.IGNORECASE)
 
 
+# A count of GPUs (not of processes): what `Condition.implied` reads as needing CUDA.
+_GPU_COUNT = re.compile(r"gpu|device|cuda", re.IGNORECASE)
+_PROCESS_COUNT = re.compile(r"world_size|nproc|num_process|rank", re.IGNORECASE)
+_CUDA_AVAILABLE = Condition("torch.cuda.is_available()", True, 0)
+
+
 @lru_cache(maxsize=4096)
 def _count_test(text: str):
     return _COUNT_TEST.match(text)
+
+
+def _portable(conditions: Sequence[Condition]) -> Path:
+    """The conditions kept when a value crosses into another file, whose names the others are
+    not in: tests of torch's own state (`torch.cuda.is_available()`,
+    `torch.distributed.is_initialized()`), and a count of the run's GPUs spelled the same way
+    (`len(device_ids) > 1`, `n_gpu == 1`: one run has one number of GPUs, as
+    `wrapped_on_some_machines` reads a factory's hardware test repeated by its caller). A
+    bare model that stays bare because CUDA is missing or one GPU id was given, handed to a
+    checkpoint helper of another file that tests the same count, keeps that path."""
+    return tuple(c for c in conditions if c.scope == 0 and (
+        c.test.startswith(("torch.cuda.", "torch.distributed.")) or _gpu_count(c.test)))
+
+
+def _gpu_count(text: str) -> bool:
+    """A test of a count of GPUs against one (`len(gpu_ids) > 1`), not of processes."""
+    count = _count_test(text)
+    return count is not None and bool(_GPU_COUNT.search(count.group(1))) and not _PROCESS_COUNT.search(count.group(1))
 
 
 def _join(first: Sequence[Condition], second: Sequence[Condition]) -> Path:
@@ -260,6 +309,9 @@ class Flow:
         self._base_call_cache: dict[tuple, list] = {}
         self._calls_by_function: Optional[dict] = None
         self._before_constructor_calls: set = set()
+        self._derived_now: Optional[tuple] = None  # (model, ClassDef) whose instance a walk follows
+        self._summaries_running: set = set()
+        self._subclass_calls: dict = {}  # base class __init__ -> its subclasses' super().__init__ calls
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -342,18 +394,46 @@ class Flow:
         finally:
             self._before_constructor_calls.discard(guard)
 
-    def _left_by_others(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list:
+    def _left_by_others(self, owner: "Scope", key: str, method: Optional[cst.CSTNode],
+                        derived: Optional[tuple] = None) -> list:
         """`_attribute_left`, and what the base classes left (`super().__init__(model)` wrapped
         it): live in every method, unless the class's own constructor replaces it or `method`
-        itself calls the base's method (then the walk takes it up at that call)."""
-        initial = self._attribute_left(owner, key, method)
+        itself calls the base's method (then the walk takes it up at that call). `derived`:
+        the (model, ClassDef) of the most-derived class whose instance is followed, for the
+        methods that `self.m()` runs."""
+        initial = self._attribute_left(owner, key, method, derived)
+        for entry in self._state_at_own_calls(owner, key, method):
+            if entry not in initial:
+                initial.append(entry)
         inherited = self._inherited_binding(owner, key)
         if inherited is not None and not any(b is inherited for b, _ in initial) \
                 and not self._base_calls(owner, key, method) and not self._constructor_replaces(owner, key, method):
             initial.append((inherited, ()))
         return initial
 
-    def _attribute_left(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list:
+    def _state_at_own_calls(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list:
+        """What `self.key` holds where another method of the class calls `method` on the
+        instance (`self.to_gpu()` in `__init__`): what `method` finds on entry there, which
+        `_attribute_left` leaves out (it drops what `method` itself binds)."""
+        if not isinstance(method, cst.FunctionDef) or not isinstance(owner.node, cst.ClassDef) \
+                or (id(method), key) in self._before_constructor_calls:
+            return []
+        found: list = []
+        self._before_constructor_calls.add((id(method), key))
+        try:
+            for call, _ in self.call_sites(method) or ():
+                caller = _enclosing_function(self.model, call)
+                if caller is None or caller is method or self.model.scope(caller.body).class_scope is not owner:
+                    continue
+                for entry in self._reaching_attribute(key, call, owner, self.model.scope(call)):
+                    if entry not in found:
+                        found.append(entry)
+        finally:
+            self._before_constructor_calls.discard((id(method), key))
+        return found
+
+    def _attribute_left(self, owner: "Scope", key: str, method: Optional[cst.CSTNode],
+                        derived: Optional[tuple] = None) -> list:
         """What the class's methods other than `method` leave in `self.key`: what is live when
         each ends, with the branch conditions it took (`self.net = build(); if ddp: self.net =
         DDP(self.net)`), constructor first."""
@@ -364,10 +444,17 @@ class Flow:
         for other in dict.fromkeys(_enclosing_function(self.model, b.node) for b in elsewhere):
             if other is None:
                 continue
-            left = self._exit_state(owner, key, other)
-            if left is None:  # it always returns: any of its bindings may be what stays
-                left = [(b, self.branch_conditions(b.node)) for b in elsewhere if _enclosing_function(self.model, b.node) is other]
-            initial.extend(entry for entry in left if entry not in initial)
+            if derived is not None and derived[1] is not owner.node and other.name.value != "__init__" and \
+                    (_method_on_instance(derived, other.name.value) or (None, None, other))[2] is not other:
+                continue  # overridden by the instance's class: this one never runs on it
+            left = self._exit_state(owner, key, other, derived)
+            if left is None:  # it always returns: what is live at its returns (`return self`)
+                left = self._returned_state(owner, key, other, derived) or [
+                    (b, self.branch_conditions(b.node)) for b in elsewhere if _enclosing_function(self.model, b.node) is other]
+            # not what `method` itself binds (through a call of it there): what it finds on entry
+            initial.extend(entry for entry in left if entry not in initial and not (
+                method is not None and entry[0] is not _PASSED and entry[0].node is not None
+                and _owns(self.model, entry[0]) and _inside(self.model, entry[0].node, method)))
         return initial
 
     # ------------------------------------------------------ attributes of base classes
@@ -479,10 +566,14 @@ class Flow:
                     return True
         return False
 
-    def _inherited_values(self, owner: "Scope", key: str, path: Path, depth: int) -> list[Value]:
+    def _inherited_values(self, owner: "Scope", key: str, path: Path, depth: int,
+                          derived: Optional[tuple] = None) -> list[Value]:
         """What `self.key` may hold as the base classes of `owner` (a class of this file) left
         it: each base's own values, its constructor's parameters mapped to what this class's
-        `super().__init__(...)` passes, and its branch tests on `self.x` read as this class's."""
+        `super().__init__(...)` passes, and its branch tests on `self.x` read as this class's.
+        The base's `self.m()` calls run the methods of `derived` (default: `owner`'s class), the
+        class of the instance: a subclass's override of `cuda()` called by the base `__init__`."""
+        derived = derived or (self.model, owner.node)
         values: list[Value] = []
         constructor = class_method(owner.node, "__init__")
         calls = self._base_calls(owner, key, constructor) if constructor is not None else []
@@ -491,12 +582,22 @@ class Flow:
             base_init = class_method(base_class, "__init__")
             to_base = [c for c in calls if c[2] is base_init and base_init is not None]
             context = ((base_init, to_base[0][0], self.model, to_base[0][3]),) if len(to_base) == 1 else ()
-            for binding, conditions in flow._left_by_others(base_scope, key, None):
+            for binding, conditions in flow._left_by_others(base_scope, key, None, derived):
+                if binding is _PASSED:
+                    continue
                 override = self._overriding_method(owner, base_model, binding)
                 if id(binding) in flow._inherited_of:
-                    found = flow._inherited_values(base_scope, key, conditions, depth - 1)
+                    found = flow._inherited_values(base_scope, key, conditions, depth - 1, derived)
+                elif not _owns(base_model, binding):
+                    # bound by a method of the instance's own class (`derived`), which `self.m()`
+                    # in the base ran: that class's values, the path read as that class's
+                    other = derived[0] if _owns(derived[0], binding) else None
+                    found = [Value(self.model, None, ())] if other is None else other.flow._binding_values(
+                        key, binding, _as_subclass_conditions(conditions, base_class, derived[1]), (), depth - 1)
                 elif override is not None:
-                    found = self.returned_values(Callee(self.model, override, True), binding.value, base_model, (), depth - 1)
+                    live = _as_subclass_conditions(conditions, base_class, owner.node)
+                    found = [Value(v.model, v.expr, _join(live, v.conditions), v.binding) for v in
+                             self.returned_values(Callee(self.model, override, True), binding.value, base_model, (), depth - 1)]
                 else:
                     found = flow._binding_values(key, binding, conditions, context, depth - 1)
                 for value in found:
@@ -505,7 +606,7 @@ class Flow:
                             if value.model is base_model else value.conditions
                         values.append(Value(value.model, value.expr, _join(path, mapped), value.binding))
                     else:
-                        values.append(Value(value.model, value.expr, path, value.binding))
+                        values.append(Value(value.model, value.expr, _join(path, _portable(value.conditions)), value.binding))
         return values or [Value(self.model, None, path)]
 
     def _overriding_method(self, owner: "Scope", base_model: "SemanticModel", binding: "Binding") -> Optional[cst.FunctionDef]:
@@ -536,14 +637,15 @@ class Flow:
         return tuple(reversed(found))
 
     def _walk_scope(self, owner: "Scope", key: str, body_owner: cst.CSTNode, records: dict,
-                    initial: Optional[list]) -> None:
+                    initial: Optional[list], derived: Optional[tuple] = None) -> None:
         # A walk may ask questions that start another walk (a branch test's condition looks
         # up the callers of its function): the state of this one is restored afterwards.
-        saved = getattr(self, "_index", None), getattr(self, "_records_now", None)
+        saved = getattr(self, "_index", None), getattr(self, "_records_now", None), self._derived_now
+        self._derived_now = derived
         try:
             self._walk_scope_now(owner, key, body_owner, records, initial)
         finally:
-            self._index, self._records_now = saved
+            self._index, self._records_now, self._derived_now = saved
 
     def _walk_scope_now(self, owner: "Scope", key: str, body_owner: cst.CSTNode, records: dict,
                         initial: Optional[list]) -> None:
@@ -563,6 +665,11 @@ class Flow:
             # the same statement, `self.net = super().build()`, comes after it)
             for call, *_ in self._base_calls(owner, key, body_owner):
                 index.setdefault(self._anchor(call), []).insert(0, inherited)
+        if key.startswith("self.") and isinstance(body_owner, cst.FunctionDef) and isinstance(owner.node, cst.ClassDef):
+            # `self.cuda()` whose method (the most-derived class's) binds `self.key`: from
+            # there on, what that method leaves (a binding in the same statement comes after)
+            for call, effect in self._self_method_calls(owner, key, body_owner):
+                index.setdefault(self._anchor(call), []).insert(0, effect)
         self._index = index
         self._records_now = records
         node = body_owner
@@ -571,14 +678,33 @@ class Flow:
         elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             records[_EXIT] = self._walk_block(_blocks(node.body), state, ())
 
-    def _exit_state(self, owner: "Scope", key: str, method: cst.FunctionDef) -> Optional[list]:
+    def _exit_state(self, owner: "Scope", key: str, method: cst.FunctionDef,
+                    derived: Optional[tuple] = None) -> Optional[list]:
         """The bindings of `key` live when `method` falls off its end (None: it never does)."""
-        record_key = (owner, key, method)
+        record_key = self._exit_key(owner, key, method, derived)
         records = self._records.get(record_key)
         if records is None:
             records = self._records[record_key] = {}
-            self._walk_scope(owner, key, method, records, None)
+            self._walk_scope(owner, key, method, records, None, derived)
         return records.get(_EXIT)
+
+    @staticmethod
+    def _exit_key(owner: "Scope", key: str, method: cst.FunctionDef, derived: Optional[tuple]) -> tuple:
+        """The records key of a method's walk for what it leaves: started empty (its own
+        bindings only), apart from the walks that answer reads inside it (started with what
+        the other methods leave), so neither answers for the other whichever runs first."""
+        if derived is None or derived[1] is owner.node:
+            return owner, key, method, ("exit",)
+        return owner, key, method, ("exit", id(derived[1]))
+
+    def _returned_state(self, owner: "Scope", key: str, method: cst.FunctionDef, derived: Optional[tuple]) -> list:
+        """The bindings of `key` live at the `return` statements of `method` (its exit walk's)."""
+        records = self._records.get(self._exit_key(owner, key, method, derived)) or {}
+        left: list = []
+        for statement in self.own_returns(method):
+            state = records.get(statement) or records.get(self.model.statement_of(statement)) or ()
+            left.extend(entry for entry in state if entry not in left)
+        return left
 
     def _anchor(self, node: cst.CSTNode) -> cst.CSTNode:
         if isinstance(node, (cst.For, cst.With, cst.ExceptHandler, cst.FunctionDef, cst.ClassDef)):
@@ -602,7 +728,57 @@ class Flow:
         found = self._index.get(node)
         if not found:
             return state
+        if isinstance(found[-1], _MethodCall):
+            return found[-1].apply(state, ctx)
         return [(found[-1], ctx)]
+
+    # -------------------------------------------------- methods called on the instance
+    def _self_method_calls(self, owner: "Scope", key: str, function: cst.FunctionDef) -> list:
+        """(call, _MethodCall) for each `self.m(...)` of `function` whose method binds
+        `self.key`, `m` looked up as Python does on the instance being analysed: the
+        most-derived class (`_derived_now`, else `owner`'s class) first, then its project
+        bases (a base `__init__` calling `self.cuda()` runs the subclass's `cuda`)."""
+        self_name = _instance_parameter(self.model, self.model.scope(function.body))
+        if self_name is None:
+            return []
+        derived = self._derived_now or (self.model, owner.node)
+        found = []
+        for call in self._own_calls(function):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == self_name):
+                continue
+            resolved = _method_on_instance(derived, func.attr.value)
+            if resolved is None:
+                continue
+            method_model, class_node, method = resolved
+            class_scope = next((b.scope for b in method_model.bindings.get(key, ())
+                                if b.scope.node is class_node and _inside(method_model, b.node, method)), None)
+            if class_scope is not None and method is not function:
+                found.append((call, _MethodCall(method_model, class_scope, method, key, derived)))
+        return found
+
+    def method_summary(self, owner: "Scope", key: str, method: cst.FunctionDef, derived: tuple) -> Optional[list]:
+        """What `self.key` holds when `method` (of this file's class `owner`) returns, on an
+        instance of the most-derived class `derived`: (binding, path) entries, `_PASSED`
+        standing for what the caller had in it; None while the method is being walked
+        (a method that calls itself)."""
+        record_key = (owner, key, method, ("summary", id(derived[1])))
+        records = self._records.get(record_key)
+        if records is None:
+            if record_key in self._summaries_running:
+                return None
+            self._summaries_running.add(record_key)
+            try:
+                records = {}
+                self._walk_scope(owner, key, method, records, [(_PASSED, ())], derived)
+                self._records[record_key] = records
+            finally:
+                self._summaries_running.discard(record_key)
+        left = list(records.get(_EXIT) or ())
+        for statement in self.own_returns(method):
+            state = records.get(statement) or records.get(self.model.statement_of(statement)) or ()
+            left.extend(entry for entry in state if entry not in left)
+        return left
 
     def _walk_statement(self, statement: cst.CSTNode, state: list, ctx: Path) -> Optional[list]:
         self._records_now[statement] = state
@@ -733,7 +909,7 @@ class Flow:
         if compared is not None:
             # `len(ids) <= 1` is `not len(ids) > 1`; `1 < len(ids)` is `len(ids) > 1`
             text, negated = compared
-            return Condition(text, holds != negated, 0)
+            return Condition(self._as_instance_text(test, text), holds != negated, 0)
         text = _SPACE.sub("", self.model.code(test))
         parens = len(getattr(test, "lpar", ()))
         if parens and text.startswith("(" * parens) and text.endswith(")" * parens):
@@ -761,6 +937,26 @@ class Flow:
                 argument_name, caller_scope = passed
                 return Condition(argument_name + text[len(root.value):], holds, caller_scope)
         return Condition(text, holds, scope)
+
+    def _as_instance_text(self, test: cst.Comparison, text: str) -> str:
+        """A comparison on a parameter the method stores on the instance, spelled as the
+        attribute (`self.config = config` ... `config["gpuid"][0] >= 0` is the test
+        `self.config["gpuid"][0] >= 0` of every method of the class)."""
+        root = test.left
+        if isinstance(root, cst.Call) and isinstance(root.func, cst.Name) and root.func.value == "len" and len(root.args) == 1:
+            root = root.args[0].value
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        if not isinstance(root, cst.Name) or not text.startswith((root.value, "len(" + root.value)):
+            return text
+        owner = self.model.owner_scope(root.value, self.model.scope(test))
+        if owner is None or owner.kind != "function":
+            return text
+        stored_as = self._stored_on_instance(owner, root.value)
+        if stored_as is None:
+            return text
+        start = 4 if text.startswith("len(") else 0
+        return text[:start] + "self." + stored_as[1] + text[start + len(root.value):]
 
     def handler_conditions(self, statement: cst.CSTNode, handler: cst.ExceptHandler) -> Path:
         """What holds where an `except` that catches AttributeError (bare, `Exception`,
@@ -1257,7 +1453,8 @@ class Flow:
         # file hands back conditions of this file even for a value made in another (a caller's
         # wrapper, passed in and returned by `unwrap(m)`: `m.module if wrapped else m`).
         return [
-            Value(v.model, v.expr, _join(path, v.conditions) if v.model is self.model or callee.model is self.model else path, v.binding)
+            Value(v.model, v.expr, _join(path, v.conditions if v.model is self.model or callee.model is self.model
+                                         else _portable(v.conditions)), v.binding)
             for v in callee.model.flow.returned_values(callee, call, self.model, context, depth - 1)
         ]
 
@@ -1306,7 +1503,7 @@ class Flow:
             return self.values_at(argument, where, path, context, depth - 1)
         # The only caller is in another file: its values, with its own conditions.
         return [
-            Value(v.model, v.expr, path if v.model is not self.model else _join(path, v.conditions), v.binding)
+            Value(v.model, v.expr, _join(path, v.conditions if v.model is self.model else _portable(v.conditions)), v.binding)
             for v in caller.flow.values_at(argument, call, (), (), depth - 1)
         ]
 
@@ -1580,9 +1777,59 @@ class Flow:
             except Exception:  # a project that cannot answer: callers unknown
                 others = None
             if others is None:
+                # a base class's constructor, which `Project.callers` does not follow through
+                # the subclasses (`class Trainer(BaseTrainer)` is a use it cannot call): their
+                # `super().__init__(...)` calls, when every subclass makes one
+                others = self._subclass_constructor_calls(function)
+            if others is None:
                 return None
             sites.extend(others)
         return sites or None
+
+    def _subclass_constructor_calls(self, function: cst.FunctionDef) -> Optional[list]:
+        """(model, call, bound) of each `super().__init__(...)` / `Base.__init__(self, ...)`
+        that the project's subclasses (other files, named by their base's plain name) make of
+        the class whose `__init__` is `function`; None when there is none, when a subclass
+        has no `__init__` of its own (its callers run this one: not followed), or when its
+        `__init__` does not call this one exactly once."""
+        if function in self._subclass_calls:
+            return self._subclass_calls[function]
+        self._subclass_calls[function] = None  # a subclass's `__init__` that leads back here: unknown
+        self._subclass_calls[function] = found = self._find_subclass_constructor_calls(function)
+        return found
+
+    def _find_subclass_constructor_calls(self, function: cst.FunctionDef) -> Optional[list]:
+        import os
+
+        class_node = self.model.parent(self.model.parent(function))
+        project = self.model.project
+        if not isinstance(class_node, cst.ClassDef) or self.model.classes.get(class_node.name.value) is not class_node \
+                or function.name.value != "__init__" or not hasattr(project, "project_files"):
+            return None
+        subclassing = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([^)]*\b" + re.escape(class_node.name.value) + r"\b", re.M)
+        own = os.path.abspath(self.model.path)
+        found: list = []
+        for path in project.project_files(own):
+            if os.path.abspath(path) == own:
+                continue
+            text = project.file_text(path)
+            if not text or not subclassing.search(text):
+                continue
+            other = project.model_for(path)
+            if other is None:
+                continue
+            for subclass in list(other.classes.values()):
+                if not any((other.flow._class_named(base.value) or (None, None))[1] is class_node for base in subclass.bases):
+                    continue
+                constructor = class_method(subclass, "__init__")
+                if constructor is None:
+                    return None
+                calls = [call for call in other.flow._own_calls(constructor) if _calls_base_constructor(call, class_node)]
+                if len(calls) != 1:
+                    return None
+                bound = not (isinstance(calls[0].func, cst.Attribute) and isinstance(calls[0].func.value, cst.Name))
+                found.append((other, calls[0], bound))
+        return found or None
 
     def _collect_call_sites(self) -> dict:
         model = self.model
@@ -1660,6 +1907,60 @@ def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
 
     walk(function, Collect())
     return found
+
+
+# Stands for "what `self.x` held when the method was called" in a method's summary.
+_PASSED = object()
+
+
+@dataclass(eq=False)
+class _MethodCall:
+    """An index entry of a walk: `self.m(...)` here runs `method` (of `model`'s class scope
+    `owner`), which binds `key`: its summary replaces the state."""
+    model: "SemanticModel"
+    owner: "Scope"
+    method: cst.FunctionDef
+    key: str
+    derived: tuple
+
+    def apply(self, state: list, ctx: Path) -> list:
+        summary = self.model.flow.method_summary(self.owner, self.key, self.method, self.derived)
+        if summary is None:
+            return state
+        out: list = []
+        for binding, conditions in summary:
+            entries = [(b, _join(c, conditions)) for b, c in state] if binding is _PASSED \
+                else [(binding, _join(ctx, conditions))]
+            out.extend(e for e in entries if e not in out)
+        return out
+
+
+def _calls_base_constructor(call: cst.Call, base: cst.ClassDef) -> bool:
+    """`super().__init__(...)`, `super(Sub, self).__init__(...)` or `Base.__init__(self, ...)`."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value != "__init__":
+        return False
+    if isinstance(func.value, cst.Call):
+        return isinstance(func.value.func, cst.Name) and func.value.func.value == "super"
+    return isinstance(func.value, cst.Name) and func.value.value == base.name.value
+
+
+def _owns(model: "SemanticModel", binding) -> bool:
+    return any(b is binding for b in model.bindings.get(binding.key, ()))
+
+
+def _method_on_instance(derived: tuple, name: str) -> Optional[tuple]:
+    """(model, ClassDef, FunctionDef) of the method `name` that an instance of the class
+    `derived` (model, ClassDef) runs: its own, else its nearest project base's."""
+    model, class_node = derived
+    method = class_method(class_node, name)
+    if method is not None:
+        return model, class_node, method
+    for base_model, base_class in model.flow.project_bases(class_node):
+        method = class_method(base_class, name)
+        if method is not None:
+            return base_model, base_class, method
+    return None
 
 
 def _as_subclass_conditions(conditions: Path, base_class: cst.ClassDef, subclass: cst.ClassDef) -> Path:
@@ -1958,7 +2259,7 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
     if name == "__init__" and isinstance(owner_class, cst.ClassDef):
         # A constructor escapes with its class: subclassed, passed around, made elsewhere.
         for node, _, _ in model.references.get(owner_class.name.value, ()):
-            if node is not owner_class.name and node not in callee_nodes:
+            if node is not owner_class.name and node not in callee_nodes and not _super_argument(model, node):
                 return True
         return False
     defined_in = next((a for a in model.ancestors(target) if isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Module))), None)
@@ -1978,6 +2279,13 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
             continue  # a parameter or another definition of the same spelling elsewhere
         return True
     return False
+
+
+def _super_argument(model: "SemanticModel", node: cst.CSTNode) -> bool:
+    """`Trainer` in `super(Trainer, self).__init__(...)`: naming the class to find its bases."""
+    arg = model.parent(node)
+    call = model.parent(arg) if isinstance(arg, cst.Arg) else None
+    return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "super"
 
 
 def _element_index(model: "SemanticModel", targets, key: str) -> Optional[int]:

@@ -151,6 +151,9 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
             continue
         if value.known and any(w.call is value.expr for w in value.model.wrappings):
             continue
+        if not value.known and value.binding is not None and value.binding.value is not None and any(
+                w.call is value.binding.value for w in value.model.wrappings):
+            continue  # a wrapper's own binding whose value the question ran out of steps for: not bare
         if id(value.expr) in inner_exprs or (value.binding is not None and id(value.binding) in inner_bindings):
             count += 1
         elif value.known and isinstance(value.expr, cst.Call) and _builds_project_class(value.model, value.expr):

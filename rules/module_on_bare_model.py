@@ -35,7 +35,9 @@ class ModuleOnBareModel(Rule):
     under the same test that wrapped (`if n_gpu > 1: ... model.module`), or under a test of
     the object itself (`if hasattr(model, "module")`, `isinstance(model, DDP)`), is clean.
     The model is followed through names, branches, `self.x`, same-file functions and imported
-    project files.
+    project files; a method the instance calls on itself (`self.cuda()` in `__init__`) is
+    followed into the method that runs on it, a subclass's override first, so a wrap there
+    under `len(gpu_ids) > 1` counts with the test around the call.
 
     Paths are judged with the parts of a compound test (`if acc and local_rank != -1:` holds
     `local_rank != -1`; a wrap under `a and b` is ruled out where `not b`), and tests are read
@@ -44,11 +46,19 @@ class ModuleOnBareModel(Rule):
     DDP)`; `type(m) is DDP` is the isinstance test); a flag bound once to a test is that test
     (`distributed = torch.cuda.device_count() > 1`, a script global too), and so is a dict
     entry set `True` under a test and `False` in its `else` (`config["distributed"]`, followed
-    through `self.config`, a parameter's only caller and other files); a count of GPUs or
+    through `self.config`, a parameter's only caller, a base class constructor's subclass
+    calling `super().__init__(config, ...)`, and other files); a count of GPUs or
     processes is a whole number (`n_gpu >= 2` is `n_gpu > 1`; the `else` of `n_gpu == 1` is
     read as `n_gpu > 1`: a machine without any GPU is left unjudged); and a name bound per
     branch (`world_size = dist.get_world_size()` under `device_count() > 1`, `world_size = 1`
-    in its `else`) tells the branch by its literal (`if world_size != 1:` is the wrapped one). A factory of another file that wraps under a hardware test
+    in its `else`) tells the branch by its literal (`if world_size != 1:` is the wrapped one);
+    several GPUs (`len(gpu_ids) > 1`, `device_count() > 1`; not a process count such as
+    `world_size`, which CPUs run too) imply `torch.cuda.is_available()`, so a wrap under
+    `torch.cuda.is_available() and len(ids) > 1` read back under `len(ids) > 1` alone is clean:
+    the bare path there is a machine without CUDA given several GPU ids, a run the code does
+    not support; likewise several ids imply the first is a GPU (`gpu_ids[0] >= 0` holds, the
+    `-1` CPU marker is not among several ids). Across files a path keeps its tests of torch's state and its GPU counts
+    spelled alike (`len(device_ids) > 1` in the helper that wraps and the one that saves). A factory of another file that wraps under a hardware test
     (`if opt.isTrain and len(opt.gpu_ids): model = DataParallel(model)`, `n_gpu > 1`,
     `torch.cuda.device_count() > 1`) counts as "wrapped on some paths" unless the read repeats
     a test of the same hardware (names are read as what the file binds them to:
