@@ -62,7 +62,8 @@ class HandRolledStrip(Rule):
     exact test of the mapping's first key for `module.` in such an `if` is a guard too
     (`first = next(iter(sd))`; `if first.split(".")[0] == "module":`, `if
     list(sd)[0].startswith("module."):`): a wrapper's state dict has the prefix on every key and
-    a bare model's on none. `startswith("module")` without the dot is not exact (a bare
+    a bare model's on none; so is `first.split(".")[1] == "module"` (a wrapper saved inside
+    another: `module.module.…`). `startswith("module")` without the dot is not exact (a bare
     Darknet's `module_list.…` matches it).
 
     The prefix may be a literal, a name bound to one, or a parameter that every call of its
@@ -679,7 +680,25 @@ def _tests_first_key(model: SemanticModel, test: cst.BaseExpression, mapping: st
     for name in _names_in(test):
         value = model.value_at(name, test)
         if value is not None and value is not name and _is_first_key(model, value, mapping, test):
-            return _key_prefix_test(model, test, name.value) == "module."
+            return _key_prefix_test(model, test, name.value) == "module." or _nested_wrapper_test(model, test, name.value)
+    return False
+
+
+def _nested_wrapper_test(model: SemanticModel, test: cst.BaseExpression, key: str) -> bool:
+    """`key.split(".")[1] == "module"`: the key's second part is a wrapper's (`module.module.…`,
+    a wrapper saved inside another), so cutting the outer `module.` leaves the inner prefix."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.comparisons[0].operator, cst.Equal)):
+        return False
+    for head, other in ((test.left, test.comparisons[0].comparator), (test.comparisons[0].comparator, test.left)):
+        if _prefix_value(model, other, test) != "module" or not isinstance(head, cst.Subscript) or len(head.slice) != 1:
+            continue
+        part = head.slice[0].slice
+        call = head.value
+        method = method_call(call) if isinstance(call, cst.Call) else None
+        if (method and method[1] == "split" and isinstance(method[0], cst.Name) and method[0].value == key
+                and _prefix_value(model, argument(call, 0, "sep"), call) == "." and isinstance(part, cst.Index)
+                and _literal_or_none(part.value) == 1):
+            return True
     return False
 
 
