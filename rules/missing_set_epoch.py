@@ -278,9 +278,10 @@ class MissingSetEpoch(Rule):
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
                     + ", but `set_epoch()` is never called on it: it seeds its order with "
                     + ("`seed + epoch`" if epoch_seeded_class(model, sampler)[0] else "its epoch")
-                    + f", so every epoch of the loop at line {line} "
-                    "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
-                    "start of each epoch"
+                    + (f", so every pass of the generator's loop at line {line} repeats the same order on "
+                       "every rank; call `sampler.set_epoch(n)` before each pass" if training[0].generator else
+                       f", so every epoch of the loop at line {line} repeats the same order on every rank; "
+                       "call `sampler.set_epoch(epoch)` at the start of each epoch")
                 ),
                 fix=self._fix(model, flow, epoch_loops) if built_here and _class_sure(model, sampler)
                 and all(_fixable_here(model, it) for it in training) else None,
