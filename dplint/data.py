@@ -3,6 +3,7 @@ where a sampler goes (its loaders, the loops over them), and which loops are epo
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass, field
@@ -774,7 +775,9 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         flow.escapes = True  # a class base, a decorator argument...
         return
     name = loader_class(model, call) or model.qualified_name(call.func)
-    if arg.star:
+    if arg.star == "**" and path and path[0].startswith("{"):
+        _follow_splatted_entry(model, call, path, flow, seen, certain)
+    elif arg.star:
         flow.escapes = True
     elif name in LOADER_CLASSES and loader_argument(model, call, "sampler") is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
@@ -785,6 +788,8 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, (arg.keyword.value, *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
+    elif builtin_name(model, call.func) == "dict" and arg.keyword is not None:
+        _follow(model, call, (_key_step(cst.SimpleString(repr(arg.keyword.value))), *path), flow, seen, certain)
     elif builtin_name(model, call.func) in HARMLESS_BUILTINS or _formats_text(call):
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
@@ -879,6 +884,39 @@ def _formats_text(call: cst.Call) -> bool:
             and isinstance(func.value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
+def _follow_splatted_entry(model: SemanticModel, call: cst.Call, path: tuple[str, ...], flow: SamplerFlow, seen: set,
+                           certain: bool) -> None:
+    """`DataLoader(ds, **kwargs)` where an entry of the dict reaches the sampler
+    (`kwargs["sampler"] = DistributedSampler(...)`, `{"sampler": ...}`): the entry is the
+    keyword argument of its name. Into a function of the project, it is the parameter of
+    that name, else one entry of its `**kwargs` parameter."""
+    try:
+        keys = {ast.literal_eval(key) for key in path[0][1:-1].split("|")}
+    except (ValueError, SyntaxError):
+        keys = set()
+    if len(keys) != 1 or not isinstance(next(iter(keys)), str):
+        flow.escapes = True  # an entry we can't name
+        return
+    (keyword,) = keys
+    if loader_class(model, call) is not None:
+        if keyword in ("sampler", "batch_sampler"):
+            _follow(model, call, (keyword, *path[1:]), flow, seen, certain)
+        else:
+            flow.escapes = True
+        return
+    callee = model.flow.callee(call)
+    function = callee.function if callee is not None else None
+    params = function.params if function is not None else None
+    if params is not None and any(p.name.value == keyword for p in (*params.params, *params.kwonly_params)):
+        entered = _follow_into_parameter(model, call, callee, keyword, path[1:], flow, seen, certain)
+    elif params is not None and isinstance(params.star_kwarg, cst.Param):
+        entered = _follow_into_parameter(model, call, callee, params.star_kwarg.name.value, path, flow, seen, certain)
+    else:
+        entered = False
+    if not entered and not _project_hook(model, call):
+        flow.escapes = True
+
+
 def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow,
                         seen: set, certain: bool) -> bool:
     """Follow an argument into the parameter of a function or class of this file (or of the
@@ -890,6 +928,13 @@ def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path
     name = _parameter_for(model, call, arg, function, callee.bound)
     if name is None:
         return False
+    return _follow_into_parameter(model, call, callee, name, path, flow, seen, certain)
+
+
+def _follow_into_parameter(model: SemanticModel, call: cst.Call, callee, name: str, path: tuple[str, ...],
+                           flow: SamplerFlow, seen: set, certain: bool) -> bool:
+    """Follow what a call passes into the callee's parameter `name`."""
+    function = callee.function
     other = callee.model
     binding = next((b for b in other.bindings.get(name, ()) if isinstance(b.node, cst.Param)
                     and other.scope(b.node) is other.scope(function.body)), None)
