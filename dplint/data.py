@@ -803,6 +803,8 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, path, flow, seen, False)
     elif model.qualified_name(call.func) == "itertools.cycle" and argument(call, 0, "iterable") is value:
         flow.iterations.append(_replayed_iteration(model, call))
+    elif getattr(flow, "draws", False) and builtin_name(model, call.func) == "iter" and len(call.args) == 1:
+        _follow(model, call, path, flow, seen, certain)  # `iter(generator)` is the generator itself
     elif builtin_name(model, call.func) == "iter" and len(call.args) == 1:
         flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
     elif getattr(flow, "draws", False) and builtin_name(model, call.func) == "next" and argument(call, 0, "iterator") is value:
