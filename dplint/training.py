@@ -353,6 +353,10 @@ def partial_callee(model: SemanticModel, call: cst.Call) -> Optional[Callee]:
     func = call.func
     if "partial" not in model.text or not isinstance(func, (cst.Name, cst.Attribute)):
         return None
+    key = func.value if isinstance(func, cst.Name) else model.binding_key(func, call)
+    if not any(isinstance(binding.value, cst.Call) and (dotted_name(binding.value.func) or "").endswith("partial")
+               for binding in model.bindings.get(key or "", ())):
+        return None  # (cheap: most calls are of names never bound to a partial)
     found = []
     for value in model.flow.values_at(func, call):
         made, other = value.expr, value.model
