@@ -539,7 +539,7 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
             return
         binding = _unpacked_binding(model, tuple_node, parent)
         if binding is not None:
-            _follow_binding(model, binding, path, flow, seen, certain)
+            _follow_binding(model, binding, path, flow, seen, certain and model.parent(tuple_node) is binding.node)
             return
         flow.escapes = True
         return
@@ -561,9 +561,13 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
 
 def _unpacked_binding(model: SemanticModel, values: cst.Tuple, element: cst.Element) -> Optional[Binding]:
     """`sampler, shuffle = DistributedSampler(ds), False`: the binding of the target at the
-    element's position, when a tuple literal is unpacked into as many plain targets."""
-    assign = model.parent(values)
-    if not isinstance(assign, cst.Assign) or assign.value is not values or len(assign.targets) != 1:
+    element's position, when a tuple literal is unpacked into as many plain targets (also
+    one branch of `(DistributedSampler(ds), False) if ddp else (None, True)`)."""
+    value = values
+    while isinstance(model.parent(value), cst.IfExp) and model.parent(value).test is not value:
+        value = model.parent(value)
+    assign = model.parent(value)
+    if not isinstance(assign, cst.Assign) or assign.value is not value or len(assign.targets) != 1:
         return None
     targets = assign.targets[0].target
     if not isinstance(targets, (cst.Tuple, cst.List)) or len(targets.elements) != len(values.elements) or any(
