@@ -3,6 +3,7 @@ where a sampler goes (its loaders, the loops over them), and which loops are epo
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from dplint.semantic import (
 )
 from dplint.distributed import enclosing_function
 from dplint.flow import class_method, consistent
-from dplint.training import backprops
+from dplint.training import backprops, partial_callee
 
 # torch's own samplers: any of them next to a truthy `shuffle` makes DataLoader raise.
 TORCH_SAMPLERS = {
@@ -261,6 +262,8 @@ class Iteration:
     loops_model: Optional[SemanticModel] = None  # where the epoch loops are, when not in `model`
     # `itertools.cycle(loader)`: the loader is iterated once, then its saved batches replay.
     replays: bool = False
+    # A generator's own loop re-iterates the loader (`while True: yield from loader`).
+    generator: bool = False
 
     @property
     def loops_in(self) -> SemanticModel:
@@ -489,6 +492,10 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
     if isinstance(parent, cst.For) and parent.iter is occurrence:
         flow.iterations.append(_iteration(model, parent, flow.entered))
         return
+    if isinstance(parent, cst.From) and parent.item is occurrence and isinstance(model.parent(parent), cst.Yield):
+        # `yield from loader` in a generator: one pass over the loader per time it runs.
+        flow.iterations.append(_iteration(model, model.parent(parent), flow.entered))
+        return
     if path and path[0].startswith("["):
         # An element of a tuple: `train_dl, val_dl = make_loaders()` or `make_loaders()[0]`.
         index = int(path[0][1:-1])
@@ -530,6 +537,10 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
             index = next(i for i, e in enumerate(tuple_node.elements) if e is parent)
             _follow_return(model, model.parent(tuple_node), (f"[{index}]", *path), flow, seen, certain)
             return
+        binding = _unpacked_binding(model, tuple_node, parent)
+        if binding is not None:
+            _follow_binding(model, binding, path, flow, seen, certain and model.parent(tuple_node) is binding.node)
+            return
         flow.escapes = True
         return
     if isinstance(parent, cst.Return):
@@ -546,6 +557,25 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
     if _only_tested(parent, occurrence) or _operand_of_test(model, parent):
         return
     flow.escapes = True
+
+
+def _unpacked_binding(model: SemanticModel, values: cst.Tuple, element: cst.Element) -> Optional[Binding]:
+    """`sampler, shuffle = DistributedSampler(ds), False`: the binding of the target at the
+    element's position, when a tuple literal is unpacked into as many plain targets (also
+    one branch of `(DistributedSampler(ds), False) if ddp else (None, True)`)."""
+    value = values
+    while isinstance(model.parent(value), cst.IfExp) and model.parent(value).test is not value:
+        value = model.parent(value)
+    assign = model.parent(value)
+    if not isinstance(assign, cst.Assign) or assign.value is not value or len(assign.targets) != 1:
+        return None
+    targets = assign.targets[0].target
+    if not isinstance(targets, (cst.Tuple, cst.List)) or len(targets.elements) != len(values.elements) or any(
+            isinstance(e, cst.StarredElement) for e in (*targets.elements, *values.elements)):
+        return None
+    index = next(i for i, e in enumerate(values.elements) if e is element)
+    key = model.binding_key(targets.elements[index].value, assign)
+    return next((b for b in model.bindings.get(key or "", ()) if b.node is assign), None)
 
 
 def _operand_of_test(model: SemanticModel, operation: Optional[cst.CSTNode]) -> bool:
@@ -749,7 +779,9 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         flow.escapes = True  # a class base, a decorator argument...
         return
     name = loader_class(model, call) or model.qualified_name(call.func)
-    if arg.star:
+    if arg.star == "**" and path and path[0].startswith("{"):
+        _follow_splatted_entry(model, call, path, flow, seen, certain)
+    elif arg.star:
         flow.escapes = True
     elif name in LOADER_CLASSES and loader_argument(model, call, "sampler") is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
@@ -760,6 +792,8 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, (arg.keyword.value, *path), flow, seen, certain)
     elif name in BATCH_SAMPLERS and argument(call, *BATCH_SAMPLER_SAMPLER) is value:
         _follow(model, call, ("sampler", *path), flow, seen, certain)
+    elif builtin_name(model, call.func) == "dict" and arg.keyword is not None:
+        _follow(model, call, (_key_step(cst.SimpleString(repr(arg.keyword.value))), *path), flow, seen, certain)
     elif builtin_name(model, call.func) in HARMLESS_BUILTINS or _formats_text(call):
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
@@ -773,8 +807,13 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, path, flow, seen, False)
     elif model.qualified_name(call.func) == "itertools.cycle" and argument(call, 0, "iterable") is value:
         flow.iterations.append(_replayed_iteration(model, call))
+    elif getattr(flow, "draws", False) and builtin_name(model, call.func) == "iter" and len(call.args) == 1:
+        _follow(model, call, path, flow, seen, certain)  # `iter(generator)` is the generator itself
     elif builtin_name(model, call.func) == "iter" and len(call.args) == 1:
         flow.iterations.append(_iteration(model, call))  # `it = iter(loader)` ... `next(it)`
+    elif getattr(flow, "draws", False) and builtin_name(model, call.func) == "next" and argument(call, 0, "iterator") is value:
+        around = loops_around(model, call)  # a batch drawn from a generator object
+        flow.iterations.append(Iteration(model, call, around, bool(around) and trains_in(model, around[-1]), False))
     elif not _follow_into_callee(model, call, arg, path, flow, seen, certain) and not _project_hook(model, call):
         flow.escapes = True  # handed to code we can't see into: it may call set_epoch
 
@@ -851,6 +890,39 @@ def _formats_text(call: cst.Call) -> bool:
             and isinstance(func.value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
+def _follow_splatted_entry(model: SemanticModel, call: cst.Call, path: tuple[str, ...], flow: SamplerFlow, seen: set,
+                           certain: bool) -> None:
+    """`DataLoader(ds, **kwargs)` where an entry of the dict reaches the sampler
+    (`kwargs["sampler"] = DistributedSampler(...)`, `{"sampler": ...}`): the entry is the
+    keyword argument of its name. Into a function of the project, it is the parameter of
+    that name, else one entry of its `**kwargs` parameter."""
+    try:
+        keys = {ast.literal_eval(key) for key in path[0][1:-1].split("|")}
+    except (ValueError, SyntaxError):
+        keys = set()
+    if len(keys) != 1 or not isinstance(next(iter(keys)), str):
+        flow.escapes = True  # an entry we can't name
+        return
+    (keyword,) = keys
+    if loader_class(model, call) is not None:
+        if keyword in ("sampler", "batch_sampler"):
+            _follow(model, call, (keyword, *path[1:]), flow, seen, certain)
+        else:
+            flow.escapes = True
+        return
+    callee = model.flow.callee(call)
+    function = callee.function if callee is not None else None
+    params = function.params if function is not None else None
+    if params is not None and any(p.name.value == keyword for p in (*params.params, *params.kwonly_params)):
+        entered = _follow_into_parameter(model, call, callee, keyword, path[1:], flow, seen, certain)
+    elif params is not None and isinstance(params.star_kwarg, cst.Param):
+        entered = _follow_into_parameter(model, call, callee, params.star_kwarg.name.value, path, flow, seen, certain)
+    else:
+        entered = False
+    if not entered and not _project_hook(model, call):
+        flow.escapes = True
+
+
 def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow,
                         seen: set, certain: bool) -> bool:
     """Follow an argument into the parameter of a function or class of this file (or of the
@@ -862,6 +934,13 @@ def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path
     name = _parameter_for(model, call, arg, function, callee.bound)
     if name is None:
         return False
+    return _follow_into_parameter(model, call, callee, name, path, flow, seen, certain)
+
+
+def _follow_into_parameter(model: SemanticModel, call: cst.Call, callee, name: str, path: tuple[str, ...],
+                           flow: SamplerFlow, seen: set, certain: bool) -> bool:
+    """Follow what a call passes into the callee's parameter `name`."""
+    function = callee.function
     other = callee.model
     binding = next((b for b in other.bindings.get(name, ()) if isinstance(b.node, cst.Param)
                     and other.scope(b.node) is other.scope(function.body)), None)
@@ -939,13 +1018,20 @@ def _iteration(model: SemanticModel, node: cst.CSTNode, entered: list = (), dept
     the loops around it, else around the calls of its function; a generator that yields
     its batches trains when what consumes it does."""
     function = _enclosing_function(model, node)
+    if isinstance(node, cst.Yield):  # `yield from loader`
+        if function is None:
+            return Iteration(model, node, [], False, False)
+        around = loops_around(model, node)
+        if not around:
+            return _consumers_iteration(model, function, entered, depth) or Iteration(model, node, [], False, False)
+        return Iteration(model, node, around, _generator_trains(model, function, entered), False, generator=True)
     if isinstance(node, cst.For) and function is not None and model.flow.is_generator(function):
         around = loops_around(model, node)
         if not around:
             passed_on = _consumers_iteration(model, function, entered, depth)
             if passed_on is not None:
                 return passed_on
-        return Iteration(model, node, around, _generator_trains(model, function), False)
+        return Iteration(model, node, around, _generator_trains(model, function, entered), False, generator=True)
     if isinstance(node, cst.Call):  # iter(loader): each call starts a new pass
         around = loops_around(model, node)
         trains = bool(around) and trains_in(model, around[-1])
@@ -1001,8 +1087,13 @@ def _loops_around_calls(model: SemanticModel, function: Optional[cst.FunctionDef
     return model, []
 
 
-def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
-    """The generator's batches are drawn (`for b in gen(...)`, `next(it)`) in a training loop."""
+def _generator_trains(model: SemanticModel, generator: cst.FunctionDef, entered: list = ()) -> bool:
+    """The generator's batches are drawn (`for b in gen(...)`, `next(it)`) in a training loop:
+    next to its call in this file, else wherever the generator object goes (see `_draws_train`)."""
+    return _drawn_beside_call(model, generator) or _draws_train(model, generator, entered)
+
+
+def _drawn_beside_call(model: SemanticModel, generator: cst.FunctionDef) -> bool:
     for call, _ in model.flow.call_sites(generator) or ():
         parent = model.parent(call)
         if isinstance(parent, cst.For) and parent.iter is call:
@@ -1019,6 +1110,47 @@ def _generator_trains(model: SemanticModel, generator: cst.FunctionDef) -> bool:
                         return True
                 elif isinstance(use, cst.For) and use.iter is node and trains_in(model, use):
                     return True
+    return False
+
+
+class _Draws(SamplerFlow):
+    """Where a generator object goes, followed like a loader (names, `self.x`, parameters,
+    returns, other files) to find the places its batches are drawn (`next(gen)`, a `for`
+    over it). Only evidence of training is sought: a use that can't be followed ends that
+    path, not the search."""
+
+    draws = True
+
+    @property
+    def escapes(self) -> bool:
+        return False
+
+    @escapes.setter
+    def escapes(self, value: bool) -> None:
+        pass
+
+
+def _draws_train(model: SemanticModel, generator: cst.FunctionDef, entered: list) -> bool:
+    """Some call of the generator (the one that passed the loader in, when entered through a
+    parameter) makes an object whose batches are drawn in a training loop, in any function
+    or file it reaches: `data = load_data(...)` returning `forever(loader)`, then
+    `TrainLoop(data=data)` keeping it as `self.data` and `next(self.data)` in `run_loop`."""
+    depth = next((i for i, (function, _, _) in enumerate(entered) if function is generator), None)
+    sites = [entered[depth][1:]] if depth is not None else [
+        (caller, call) for caller, call, _ in model.flow.all_call_sites(generator) or ()]
+    busy = model.flow.__dict__.setdefault("_generators_traced", set())
+    if generator in busy:
+        return False  # a generator drawing from itself
+    busy.add(generator)
+    try:
+        for caller, call in sites:
+            draws = _Draws(call)
+            draws.entered = list(entered[:depth] if depth is not None else ())
+            _follow(caller, call, (), draws, set(), False)
+            if any(iteration.trains for iteration in draws.iterations):
+                return True
+    finally:
+        busy.discard(generator)
     return False
 
 
@@ -1241,7 +1373,7 @@ def _callee_does(model: SemanticModel, call: cst.Call, depth: int, what: str, by
     `by_name`: also a method call on an object the code can't type (see `project_methods`)."""
     if depth <= 0:
         return False
-    callee = model.flow.callee(call)
+    callee = model.flow.callee(call) or partial_callee(model, call)
     function = callee.function if callee is not None and isinstance(callee.node, cst.FunctionDef) else None
     if function is None:
         if by_name and callee is None and isinstance(call.func, cst.Attribute) and model.qualified_name(call.func) is None:

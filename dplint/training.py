@@ -345,6 +345,46 @@ def callee_of(model: SemanticModel, call: cst.Call):
     return Callee(model, definitions[0], False)
 
 
+def partial_callee(model: SemanticModel, call: cst.Call) -> Optional[Callee]:
+    """`back(loss)` where `back = functools.partial(push_back, scale)` (also `self.back`): the
+    function of this file (or imported from the project), or the method of this class
+    (`partial(self._backward, ...)`), that the partial object runs, when every value the
+    called name may hold is a partial of that one function; None otherwise."""
+    func = call.func
+    if "partial" not in model.text or not isinstance(func, (cst.Name, cst.Attribute)):
+        return None
+    key = func.value if isinstance(func, cst.Name) else model.binding_key(func, call)
+    if not any(isinstance(binding.value, cst.Call) and (dotted_name(binding.value.func) or "").endswith("partial")
+               for binding in model.bindings.get(key or "", ())):
+        return None  # (cheap: most calls are of names never bound to a partial)
+    found = []
+    for value in model.flow.values_at(func, call):
+        made, other = value.expr, value.model
+        if not (isinstance(made, cst.Call) and other.qualified_name(made.func) == "functools.partial"
+                and made.args and made.args[0].keyword is None and not made.args[0].star):
+            return None
+        target, callee = made.args[0].value, None
+        if isinstance(target, cst.Name):
+            reaching = other.flow.reaching(target.value, target)
+            node = reaching[0][0].node if len(reaching) == 1 else None
+            if isinstance(node, cst.FunctionDef):
+                callee = Callee(other, node, False)
+            elif isinstance(node, cst.ImportFrom):
+                resolved = other.flow.resolve_import(target.value)
+                if resolved is not None and isinstance(resolved[1], cst.FunctionDef):
+                    callee = Callee(resolved[0], resolved[1], False)
+        elif isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+            scope = other.scope(target)
+            owner = scope.class_scope
+            if owner is not None and target.value.value == scope.self_name:
+                method = class_method(owner.node, target.attr.value)
+                callee = Callee(other, method, True) if method is not None else None
+        if callee is None:
+            return None
+        found.append(callee)
+    return found[0] if found and all(callee.node is found[0].node for callee in found) else None
+
+
 def class_method(class_def: cst.CSTNode, name: str) -> Optional[cst.FunctionDef]:
     """The method `name` defined directly in a class body (the last one, as Python keeps it)."""
     if not isinstance(class_def, cst.ClassDef):

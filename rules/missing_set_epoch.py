@@ -54,7 +54,8 @@ class MissingSetEpoch(Rule):
     keeps the sampler as `self.sampler` holds it as `loader.batch_sampler.sampler`.
 
     The sampler is followed through names (every binding that can reach a use, branch by
-    branch; a module global also where a function reads it), loaders (torch's and PyG's,
+    branch; a module global also where a function reads it; one target of a tuple
+    assignment, `sampler, shuffle = DistributedSampler(ds), False`), loaders (torch's and PyG's,
     MONAI's, timm's `MultiEpochsDataLoader`, such a class held by a name (`loader_cls=DataLoader`
     as a parameter no caller changes, `loader_class = DataLoader` / `... = MultiEpochsDataLoader`),
     and a project subclass of DataLoader given `sampler=` that hands its `**kwargs` to
@@ -62,7 +63,9 @@ class MissingSetEpoch(Rule):
     DataLoader(...)}`, `{x: DistributedSampler(d[x]) for x in ["train", "val"]}`, or stored
     one key at a time into the dict a name holds, `loaders["train"] = DataLoader(...)`, also
     `self.loaders[split] = ...`; read back as `loaders["train"]` or `loaders[phase]`; another
-    literal key is another entry, and a second store to the same entry stops the search), the
+    literal key is another entry, and a second store to the same entry stops the search; a
+    `"sampler"` entry of a dict splatted into a loader, `DataLoader(ds, **kwargs)`, is its
+    sampler, also through a project function's `**kwargs`), the
     loop variable of `for loader in [train_loader, val_loader]`, a progress bar around the
     loader (`loader = tqdm(loader)`), a name holding `enumerate`/`zip` of it (`bar =
     tqdm(enumerate(loader))` ... `for step, batch in bar`), either branch of a conditional expression
@@ -82,11 +85,14 @@ class MissingSetEpoch(Rule):
     with a `shuffle` its only caller passes), a sampler that stays inside a loader where it
     is built. Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`),
     `iter(loader)` with `next()`, or a generator that re-iterates it (`while True: for b in
-    loader: yield b`) whose batches are drawn in a training loop; a generator that passes
+    loader: yield b`, `while True: yield from loader`) whose batches are drawn in a training
+    loop: the generator object is followed like a loader (returned to another file, kept as
+    `self.data`, passed on) to the `next(...)` or `for` that draws it; a generator that passes
     one pass of it on (a logger's `for x in metric_logger.log_every(loader, 10)`) is
     iterated where its call is, in whichever file (when entered through its parameter,
     at that call only). The epoch loop, the iteration and the `backward()` may sit in
-    different functions (`fit()` -> `_one_pass()` -> `_step()`) and files; a step called
+    different functions (`fit()` -> `_one_pass()` -> `_step()`) and files; a helper bound by
+    `functools.partial(helper, ...)` and called runs that helper; a step called
     on an object whose class is
     picked at run time (`model = define_model(opt)`; `model.optimize_parameters()`) trains
     when every definition of that method in the project's classes (abstract stubs aside,
@@ -278,9 +284,10 @@ class MissingSetEpoch(Rule):
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
                     + ", but `set_epoch()` is never called on it: it seeds its order with "
                     + ("`seed + epoch`" if epoch_seeded_class(model, sampler)[0] else "its epoch")
-                    + f", so every epoch of the loop at line {line} "
-                    "repeats the same order on every rank; call `sampler.set_epoch(epoch)` at the "
-                    "start of each epoch"
+                    + (f", so every pass of the generator's loop at line {line} repeats the same order on "
+                       "every rank; call `sampler.set_epoch(n)` before each pass" if training[0].generator else
+                       f", so every epoch of the loop at line {line} repeats the same order on every rank; "
+                       "call `sampler.set_epoch(epoch)` at the start of each epoch")
                 ),
                 fix=self._fix(model, flow, epoch_loops) if built_here and _class_sure(model, sampler)
                 and all(_fixable_here(model, it) for it in training) else None,
