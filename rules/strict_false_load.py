@@ -973,14 +973,21 @@ def _user_path_tested(model: SemanticModel, call: cst.Call, tested: list[cst.Bas
 
 
 def _same_module(model: SemanticModel, receiver: cst.BaseExpression, target: cst.BaseExpression) -> bool:
-    """`receiver` is the load target, its wrapper or its inner `.module`; a target bound to a
-    conditional unwrap (`inner = m.module if wrapped else m`) is either branch."""
+    """`receiver` is the load target, its wrapper or its inner `.module`; a target name bound in
+    its scope to a conditional unwrap (`inner = m.module if wrapped else m`) is either branch,
+    one bound to another name or attribute (`inner = m`) is that too."""
     code = model.code(receiver)
     wanted = [model.code(target)]
     if isinstance(target, cst.Name):
-        value = model.value_at(target, target)
-        if isinstance(value, cst.IfExp):
-            wanted += [model.code(value.body), model.code(value.orelse)]
+        scope = model.scope(target)
+        for binding in model.bindings.get(target.value, ()):
+            value = binding.value
+            if binding.scope is not scope or value is None:
+                continue
+            if isinstance(value, cst.IfExp):
+                wanted += [model.code(value.body), model.code(value.orelse)]
+            elif isinstance(value, (cst.Name, cst.Attribute)):
+                wanted.append(model.code(value))  # `ms = model` beside `ms = model.module if wrapped else model`
     return any(code in (each, each + ".module") or each == code + ".module" for each in wanted)
 
 
