@@ -999,7 +999,7 @@ def _keys_reported_otherwise(model: SemanticModel, load: StateDictLoad) -> bool:
     state dict (`sd = inflate(ckpt, own)`; `own` may be bound through a conditional unwrap)."""
     if load.argument is None:
         return False
-    if _strict_load_reports(model, load):
+    if _strict_load_reports(model, load) or _filled_from_live_state(model, load):
         return True
     own_names = _own_state_dict_names(model, load)
     value = model.value_at(load.argument, load.call)
@@ -1156,3 +1156,44 @@ def _key_set_names(model: SemanticModel, root: str, loaded, scope) -> set[str]:
                 if model.binding_at(root, binding.node) is loaded:
                     names.add(key)
     return names
+
+
+def _filled_from_live_state(model: SemanticModel, load: StateDictLoad) -> bool:
+    """The dict is built in the load's function from live modules only: a name bound there only
+    to an empty dict, filled only by item stores inside loops over a module's live
+    `state_dict()` / `named_parameters()` / `named_buffers()` (`state = model.state_dict();
+    new = {}; for name, p in state.items(): new[name] = p[:k]`; then
+    `sibling.load_state_dict(new, strict=False)`), and handed to nothing else: tensors of
+    this process, as with a live state dict passed directly, not a checkpoint file."""
+    arg = load.argument
+    function = _innermost_function(model, load.call)
+    if not isinstance(arg, cst.Name) or function is None:
+        return False
+    bindings = [b for b in model.bindings.get(arg.value, ()) if b.scope.node is function]
+    if not bindings or not all(b.value is not None and _empty_dict(b.value) for b in bindings):
+        return False
+    stores = _item_stores(function, arg.value)
+    if not stores:
+        return False
+    for node in _walk(function.body):
+        if isinstance(node, cst.Call) and node is not load.call:
+            if any(isinstance(a.value, cst.Name) and a.value.value == arg.value for a in node.args):
+                return False  # handed to a helper that may add a checkpoint's entries
+            method = method_call(node)
+            if method is not None and isinstance(method[0], cst.Name) and method[0].value == arg.value:
+                if method[1] not in ("items", "keys", "values", "get", "pop"):
+                    return False  # `new.update(checkpoint)`
+    return all(
+        any(isinstance(loop, (cst.For, cst.CompFor)) and _iterates_live_state(model, loop.iter, loop)
+            for loop in model.ancestors(store))
+        for store in stores
+    )
+
+
+def _iterates_live_state(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """`own.items()` after `own = net.state_dict()`, `net.named_parameters()`, `net.state_dict().items()`."""
+    if isinstance(expr, cst.Call):
+        method = method_call(expr)
+        if method is not None and method[1] in ("items", "keys", "values") and not expr.args:
+            expr = method[0]
+    return _live_state_dict(model, expr, at)
