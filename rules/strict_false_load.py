@@ -73,7 +73,10 @@ class StrictFalseLoad(Rule):
     returns is built only from that parameter's tensors (`states = get_norm_states(module)`,
     whose body fills a new dict inside `for name, child in module.named_modules(): for k, v in
     child.state_dict().items():`), even after the dict passed through another call (`states =
-    all_reduce(states)`).
+    all_reduce(states)`), or a dict built in the load's function only from live modules: bound
+    there only to an empty dict, filled only by item stores inside loops over a module's
+    `state_dict()` / `named_parameters()` (a smaller sibling model filled in memory), and
+    handed to no other call (`new.update(torch.load(f))` adds a file's keys).
 
     Silent for published weights downloaded (`load_state_dict_from_url`, `load_url`,
     `torch.hub.load_state_dict_from_url`) from a fixed URL, also through names and items (`ck =
