@@ -50,8 +50,21 @@ class StrictFalseLoad(Rule):
     dict first (`check_keys(model, sd)`), or a function of this file or the project, given the
     dict, compares it with the model's own keys (`self.check_keys(sd)` whose body takes
     `set(self.net.state_dict()) - set(sd)`), or a helper gets the dict and the model's own state
-    dict (`sd = intersect_dicts(sd, model.state_dict())`). A check of a few listed keys (`for k
-    in ["head.weight"]: ...`) is not a comparison.
+    dict (`sd = intersect_dicts(sd, model.state_dict())`, `sd = inflate(ckpt, own)`), where the
+    model's own state dict and the target may be bound through a conditional unwrap (`own =
+    m.module.state_dict() if wrapped else m.state_dict()`, target `m.module if wrapped else m`).
+    The comparison may also come right after the load, in a statement that runs whenever the
+    load did, with the dict not bound again (`model.load_state_dict(sd, strict=False)`, then
+    `ckpt_keys = set(sd.keys())`, `missing = set(model.state_dict()) - ckpt_keys` and a log of
+    it; not under `if verbose:`). A check of a few listed keys (`for k in ["head.weight"]:
+    ...`) is not a comparison.
+
+    Silent when a strict load of the same dict into the same target reports the mismatch (its
+    RuntimeError names every missing and unexpected key): the non-strict load is the retry in
+    an `except RuntimeError as e:` handler that reads `e` after a strict load in the `try`, or
+    a strict load of the same dict, in a `try` whose handlers read the error, follows on every
+    path of the same function. A handler that drops the error (`except Exception:
+    print("retrying")`) or a retry with another dict reports nothing.
 
     Silent when the dict holds the target's own tensors: its live `state_dict()`,
     `named_buffers()` or `named_parameters()`, or a copy
@@ -60,7 +73,10 @@ class StrictFalseLoad(Rule):
     returns is built only from that parameter's tensors (`states = get_norm_states(module)`,
     whose body fills a new dict inside `for name, child in module.named_modules(): for k, v in
     child.state_dict().items():`), even after the dict passed through another call (`states =
-    all_reduce(states)`).
+    all_reduce(states)`), or a dict built in the load's function only from live modules: bound
+    there only to an empty dict, filled only by item stores inside loops over a module's
+    `state_dict()` / `named_parameters()` (a smaller sibling model filled in memory), and
+    handed to no other call (`new.update(torch.load(f))` adds a file's keys).
 
     Silent for published weights downloaded (`load_state_dict_from_url`, `load_url`,
     `torch.hub.load_state_dict_from_url`) from a fixed URL, also through names and items (`ck =
@@ -79,7 +95,10 @@ class StrictFalseLoad(Rule):
     parameter that the function hands to `torch.load`: `if resume_path:` is the caller's
     checkpoint, or the test looks for the target's own class name in the file's name, `if
     "Tracker" in cfg.pretrain_file:` before `Tracker(...).load_state_dict(...)`, a checkpoint of
-    this very model): loading published weights without their head is what `strict=False` is for
+    this very model), or the `pretrained`-named value tested for presence (`if
+    args.pretrained_pose:`, `if pretrained is None: ... else:`) or the `pretrained` parameter is
+    itself the path the dict is loaded from (`torch.load(args.pretrained_pose)`: the user's own
+    checkpoint file): loading published weights without their head is what `strict=False` is for
     there. Silent too when `strict` is not literally False, and in a file that imports another
     array framework with a `load_state_dict` of its own (megengine, paddle, oneflow, jittor,
     mindspore, tensorflow, jax, flax) and nothing of torch.
@@ -205,6 +224,8 @@ def _unchecked_load(model: SemanticModel, load: StateDictLoad, call: cst.Call | 
     """The load's result is thrown away and nothing else matches the keys to the model; not a
     pretrained factory branch (at the load, or at the caller's `call` that decides strict)."""
     if not _result_ignored(model, load.call) or _keys_matched_to_model(model, load):
+        return False
+    if _keys_reported_otherwise(model, load):
         return False
     return not _pretrained_initialisation(model, load.call, load.bare_class)
 
@@ -390,10 +411,14 @@ def _pretrained_initialisation(model: SemanticModel, call: cst.Call, bare_class:
     without a head."""
     for ancestor in model.ancestors(call):
         if isinstance(ancestor, (cst.If, cst.IfExp)) and "pretrain" in model.code(ancestor.test).lower():
+            if _user_path_tested(model, call, _presence_tested(ancestor.test)):
+                return False
             return not _names_own_class(ancestor.test, bare_class)
         if isinstance(ancestor, cst.FunctionDef):
             params = ancestor.params
             names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+            if _user_path_tested(model, call, [cst.Name(name) for name in names]):
+                return False
             return any("pretrain" in name.lower() for name in names) and not _resume_branch(model, call, ancestor, names)
     return False
 
@@ -740,13 +765,14 @@ def _own_state_dict_names(model: SemanticModel, load: StateDictLoad) -> set[str]
 
 def _is_own_state_dict(model: SemanticModel, expr: cst.CSTNode, target: cst.BaseExpression) -> bool:
     """`target.state_dict()` (also `.keys()` / `dict(...)` / `copy` of it), for the target or
-    its wrapper/inner module."""
+    its wrapper/inner module; both branches of a conditional unwrap (`m.module.state_dict() if
+    wrapped else m.state_dict()`, for a target bound as `m.module if wrapped else m`)."""
+    if isinstance(expr, cst.IfExp):
+        return _is_own_state_dict(model, expr.body, target) and _is_own_state_dict(model, expr.orelse, target)
     while isinstance(expr, cst.Call):
         method = method_call(expr)
         if method is not None and method[1] == "state_dict":
-            wanted = model.code(target)
-            receiver = model.code(method[0])
-            return receiver in (wanted, wanted + ".module") or wanted == receiver + ".module"
+            return _same_module(model, method[0], target)
         if method is not None and method[1] in ("keys", "copy"):
             expr = method[0]
         elif isinstance(expr.func, cst.Name) and expr.func.value in ("dict", "set", "list", "OrderedDict") and expr.args:
@@ -914,3 +940,263 @@ def _result_ignored(model: SemanticModel, call: cst.Call) -> bool:
                 return False
             names.append(value)
     return all(name.value == "_" or not name_is_read(model, name) for name in names)
+
+
+def _presence_tested(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The expressions `test` checks for presence only: `x`, `not x`, `x is None`, `x is not
+    None`, joined by `and`/`or` (`"imagenet" in x` or `x == "imagenet"` checks what it is)."""
+    if isinstance(test, cst.BooleanOperation):
+        return _presence_tested(test.left) + _presence_tested(test.right)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _presence_tested(test.expression)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        only = test.comparisons[0]
+        if isinstance(only.operator, (cst.Is, cst.IsNot)) and isinstance(only.comparator, cst.Name) and only.comparator.value == "None":
+            return _presence_tested(test.left)
+        return []
+    return [test] if isinstance(test, (cst.Name, cst.Attribute)) else []
+
+
+def _user_path_tested(model: SemanticModel, call: cst.Call, tested: list[cst.BaseExpression]) -> bool:
+    """A `pretrained`-named value among `tested` is itself the path the loaded dict was read
+    from (`if args.pretrained_pose: w = torch.load(args.pretrained_pose)`, `def build(pretrained=
+    None): ... torch.load(pretrained)`): the user's own checkpoint file, not a factory's flag
+    for published weights."""
+    names = {model.code(expr) for expr in tested if "pretrain" in model.code(expr).lower()}
+    if not names or not _is_load_state_dict(call):
+        return False
+    source = _through_names_and_items(model, argument(call, 0, "state_dict"), call)
+    if not isinstance(source, cst.Call):
+        return False
+    func = source.func
+    called = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    if "load" not in str(called).lower():
+        return False
+    return any(model.code(arg.value) in names for arg in source.args)
+
+
+def _same_module(model: SemanticModel, receiver: cst.BaseExpression, target: cst.BaseExpression) -> bool:
+    """`receiver` is the load target, its wrapper or its inner `.module`; a target name bound in
+    its scope to a conditional unwrap (`inner = m.module if wrapped else m`) is either branch,
+    one bound to another name or attribute (`inner = m`) is that too."""
+    code = model.code(receiver)
+    wanted = [model.code(target)]
+    if isinstance(target, cst.Name):
+        scope = model.scope(target)
+        for binding in model.bindings.get(target.value, ()):
+            value = binding.value
+            if binding.scope is not scope or value is None:
+                continue
+            if isinstance(value, cst.IfExp):
+                wanted += [model.code(value.body), model.code(value.orelse)]
+            elif isinstance(value, (cst.Name, cst.Attribute)):
+                wanted.append(model.code(value))  # `ms = model` beside `ms = model.module if wrapped else model`
+    return any(code in (each, each + ".module") or each == code + ".module" for each in wanted)
+
+
+def _keys_reported_otherwise(model: SemanticModel, load: StateDictLoad) -> bool:
+    """The mismatch is reported without the returned keys: a strict load of the same dict into
+    the same target reports it (see `_strict_load_reports`), the key sets are compared with the
+    model's by hand right after the load (`missing = own_keys - set(sd)`, see
+    `_keys_compared_after`), or the dict is what a helper returns when given the model's own
+    state dict (`sd = inflate(ckpt, own)`; `own` may be bound through a conditional unwrap)."""
+    if load.argument is None:
+        return False
+    if _strict_load_reports(model, load) or _filled_from_live_state(model, load):
+        return True
+    own_names = _own_state_dict_names(model, load)
+    value = model.value_at(load.argument, load.call)
+    if isinstance(value, cst.Call) and not _is_load_state_dict(value) and value is not load.argument:
+        for arg in value.args:
+            if isinstance(arg.value, cst.Name) and arg.value.value in own_names:
+                return True
+            if _is_own_state_dict(model, arg.value, load.target):
+                return True
+    return _keys_compared_after(model, load, own_names)
+
+
+def _strict_load_reports(model: SemanticModel, load: StateDictLoad) -> bool:
+    """A strict load of the same dict into the same target whose RuntimeError (it names every
+    missing and unexpected key) reaches the user: the non-strict load is the retry in an
+    `except ... as error:` handler that reads the error, after a strict load in the `try`
+    (`try: net.load_state_dict(sd) except RuntimeError as e: log.warning(e);
+    net.load_state_dict(sd, strict=False)`), or a tried strict load of the same dict follows on
+    every path in the same function and its error is read (`except Exception as e: print(e)`;
+    not `except Exception: pass`)."""
+    target, argument = model.code(load.target), model.code(load.argument)
+    function = _innermost_function(model, load.call)
+    handler = None
+    for ancestor in model.ancestors(load.call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, cst.ExceptHandler):
+            handler = ancestor
+            break
+    same = [
+        other for other in checkpoint_facts(model).loads
+        if other is not load and _strict_literally(other.call) and other.argument is not None
+        and model.code(other.target) == target and model.code(other.argument) == argument
+        and _innermost_function(model, other.call) is function
+    ]
+    if handler is not None and _reads_error(model, handler):
+        trial = model.parent(handler)
+        if isinstance(trial, cst.Try) and any(_inside(model, other.call, trial.body) for other in same):
+            return True
+    position = model.order(load.call)
+    return any(
+        model.order(other.call) > position and _runs_whenever(model, other.call, load.call) and _error_reported(model, other.call)
+        for other in same
+    )
+
+
+def _strict_literally(call: cst.Call) -> bool:
+    """`load_state_dict(sd)` or `load_state_dict(sd, strict=True)`: raises on any key mismatch."""
+    strict = argument(call, 1, "strict")
+    return strict is None or (isinstance(strict, cst.Name) and strict.value == "True")
+
+
+def _inside(model: SemanticModel, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(ancestor is container for ancestor in model.ancestors(node))
+
+
+def _reads_error(model: SemanticModel, handler: cst.ExceptHandler) -> bool:
+    """`except RuntimeError as error:` whose body reads `error` (logs or prints it), or a
+    handler that re-raises."""
+    bound = handler.name.name.value if handler.name is not None and isinstance(handler.name.name, cst.Name) else None
+    for node in _walk(handler.body):
+        if isinstance(node, cst.Raise):
+            return True
+        if bound is not None and isinstance(node, cst.Name) and node.value == bound:
+            return True
+    return False
+
+
+def _error_reported(model: SemanticModel, call: cst.Call) -> bool:
+    """`call` is tried (`try: net.load_state_dict(sd) except Exception as e: print(e)`) in its
+    function, and every handler of each `try` around it reads the error or re-raises: the
+    shape of a deliberate second, strict load that shows the mismatch. (A bare strict load
+    later on would raise too, but then the non-strict one is the one left unexplained.)"""
+    child: cst.CSTNode = call
+    tried = False
+    for ancestor in model.ancestors(call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, cst.Try) and child is ancestor.body:
+            if not all(_reads_error(model, handler) for handler in ancestor.handlers):
+                return False
+            tried = True
+        child = ancestor
+    return tried
+
+
+def _runs_whenever(model: SemanticModel, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:
+    """`node` runs whenever `anchor` did, as far as the branches tell: every branch, loop body
+    or handler holding `node` also holds `anchor` (a branch's test always runs), and both are in
+    the same function."""
+    around_anchor = set(model.ancestors(anchor))
+    child: cst.CSTNode = node
+    for ancestor in model.ancestors(node):
+        if ancestor in around_anchor:
+            return True
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, (cst.If, cst.While, cst.IfExp)) and child is not ancestor.test:
+            return False
+        if isinstance(ancestor, cst.For) and child is not ancestor.iter:
+            return False
+        if isinstance(ancestor, (cst.ExceptHandler, cst.Else, cst.Match)):
+            return False
+        if isinstance(ancestor, cst.BooleanOperation) and child is not ancestor.left:
+            return False
+        child = ancestor
+    return False
+
+
+def _keys_compared_after(model: SemanticModel, load: StateDictLoad, own_names: set[str]) -> bool:
+    """The dict's keys, or names bound to them (`file_keys = set(sd.keys())`), are compared
+    with the model's own in a statement after the load that runs whenever the load did
+    (`missing = own_keys - file_keys`, `if set(sd) ^ set(model.state_dict()): ...`), with the
+    dict still the one loaded; or names bound to its keys are compared before the load."""
+    roots = _root_names(model, load.argument, load.call)
+    if not roots:
+        return False
+    root = roots[0]
+    loaded = model.binding_at(root, load.call)
+    if loaded is None:
+        return False
+    scope, position = model.scope(load.call), model.order(load.call)
+    names = {root} | _key_set_names(model, root, loaded, scope)
+    for name in names:
+        for node, node_scope, order in model.references.get(name, ()):
+            if node_scope is not scope or (name == root and order <= position):
+                continue
+            if order > position:
+                if model.binding_at(root, node) is not loaded or not _runs_whenever(model, node, load.call):
+                    continue
+            if _compares_keys(model, model.statement_of(node), load.target, own_names):
+                return True
+    return False
+
+
+def _key_set_names(model: SemanticModel, root: str, loaded, scope) -> set[str]:
+    """Names of `scope` bound to the keys of `root`'s dict as it was loaded (`file_keys =
+    set(sd.keys())`, `names = list(sd)`, `keys = sd.keys()`)."""
+    names = set()
+    for key, bindings in model.bindings.items():
+        for binding in bindings:
+            if binding.scope is not scope or binding.value is None:
+                continue
+            expr = binding.value
+            while isinstance(expr, cst.Call):
+                method = method_call(expr)
+                if method is not None and method[1] == "keys" and not expr.args:
+                    expr = method[0]
+                elif isinstance(expr.func, cst.Name) and expr.func.value in ("set", "list", "sorted", "tuple") and len(expr.args) == 1:
+                    expr = expr.args[0].value
+                else:
+                    break
+            if expr is not binding.value and isinstance(expr, cst.Name) and expr.value == root:
+                if model.binding_at(root, binding.node) is loaded:
+                    names.add(key)
+    return names
+
+
+def _filled_from_live_state(model: SemanticModel, load: StateDictLoad) -> bool:
+    """The dict is built in the load's function from live modules only: a name bound there only
+    to an empty dict, filled only by item stores inside loops over a module's live
+    `state_dict()` / `named_parameters()` / `named_buffers()` (`state = model.state_dict();
+    new = {}; for name, p in state.items(): new[name] = p[:k]`; then
+    `sibling.load_state_dict(new, strict=False)`), and handed to nothing else: tensors of
+    this process, as with a live state dict passed directly, not a checkpoint file."""
+    arg = load.argument
+    function = _innermost_function(model, load.call)
+    if not isinstance(arg, cst.Name) or function is None:
+        return False
+    bindings = [b for b in model.bindings.get(arg.value, ()) if b.scope.node is function]
+    if not bindings or not all(b.value is not None and _empty_dict(b.value) for b in bindings):
+        return False
+    stores = _item_stores(function, arg.value)
+    if not stores:
+        return False
+    for node in _walk(function.body):
+        if isinstance(node, cst.Call) and node is not load.call:
+            if any(isinstance(a.value, cst.Name) and a.value.value == arg.value for a in node.args):
+                return False  # handed to a helper that may add a checkpoint's entries
+            method = method_call(node)
+            if method is not None and isinstance(method[0], cst.Name) and method[0].value == arg.value:
+                if method[1] not in ("items", "keys", "values", "get", "pop"):
+                    return False  # `new.update(checkpoint)`
+    return all(
+        any(isinstance(loop, (cst.For, cst.CompFor)) and _iterates_live_state(model, loop.iter, loop)
+            for loop in model.ancestors(store))
+        for store in stores
+    )
+
+
+def _iterates_live_state(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """`own.items()` after `own = net.state_dict()`, `net.named_parameters()`, `net.state_dict().items()`."""
+    if isinstance(expr, cst.Call):
+        method = method_call(expr)
+        if method is not None and method[1] in ("items", "keys", "values") and not expr.args:
+            expr = method[0]
+    return _live_state_dict(model, expr, at)
