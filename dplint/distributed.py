@@ -224,7 +224,12 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
             if any(mentions_rank(model, value, depth - 1, followed=True) for value in _attribute_values(model, node)):
                 return True
         if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
-            if any(_returns_rank_test(model, function, depth - 1) for function in model.functions.get(node.func.value, ())):
+            if any(_returns_rank_test(model, function, depth - 1) or returns_value_on_some_ranks(model, function)
+                   for function in model.functions.get(node.func.value, ())):
+                return True
+        if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            # `result = self.evaluate()` ... `if result is not None:`: a method of this class
+            if any(returns_value_on_some_ranks(model, function) for function in called_functions(model, node.func, node)):
                 return True
     return False
 
@@ -344,6 +349,31 @@ def _last_identifier(expr: cst.BaseExpression) -> str:
 def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: int) -> bool:
     returns = [node for node in _subtree(function.body) if isinstance(node, cst.Return) and node.value is not None]
     return any(mentions_rank(model, statement.value, depth) for statement in returns)
+
+
+_SOME_RANKS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def returns_value_on_some_ranks(model: SemanticModel, function: cst.FunctionDef) -> bool:
+    """A function that returns a value only under a rank guard and None on the other ranks
+    (`if rank == 0: return score.item()` then `return None`, or nothing at the end): the
+    caller's `if result is not None:` (or `if result:`) lets only those ranks through.
+    A function with no None path (`if local_rank == -1: return model` / `return DDP(model)`)
+    returns a value on every rank: not one."""
+    known = _SOME_RANKS.setdefault(model, {})
+    if function in known:
+        return known[function]
+    known[function] = False  # while deciding: a guard that calls back here is no guard
+    valued, none_path = [], not ends_in_exit(model, function.body)  # it can end without a return
+    for node in _subtree(function.body, skip=lambda n: n is not function.body and isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef))):
+        if isinstance(node, cst.Return):
+            if node.value is None or isinstance(node.value, cst.Name) and node.value.value == "None":
+                none_path = True
+            else:
+                valued.append(node)
+    answer = none_path and bool(valued) and all(is_rank_guarded(model, node) for node in valued)
+    known[function] = answer
+    return answer
 
 
 # Calls whose result is their argument, reshaped: `int(os.environ["RANK"])`, `os.getenv("RANK")`.
