@@ -21,7 +21,7 @@ from dplint.distributed import (
     passed_for,
 )
 from dplint.rule import Example, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument, literal_value
+from dplint.semantic import SemanticModel, argument, children_of, literal_value
 
 # Targets that are private to the process that opens them: nothing is shared.
 PRIVATE_TARGETS = ("io.", "tempfile.")
@@ -45,13 +45,17 @@ class UnguardedRankSave(Rule):
     `if args.local_rank in (-1, 0):`, `if comm.is_main_process():`, `if self.global_rank == 0:`,
     `if accelerator.is_main_process:`), a name or attribute the file sets to such a test on any
     path (`is_master = rank == 0`, `self.is_logger = ...`, `args.save_logs = ... and
-    is_main_process()`, `writer = SummaryWriter() if rank == 0 else None`), after an early exit
+    is_main_process()`, `writer = SummaryWriter() if rank == 0 else None`), a value that a
+    function of this file returns only under a rank guard and None elsewhere (`score =
+    evaluate(...)` ... `if score is not None:`, with `if rank == 0: return acc` / `return None`
+    in `evaluate`), after an early exit
     (`if not is_master: return`), in a function decorated `@rank_zero_only` / `@master_only`,
     or in a function whose calls in this file are all guarded. A machine's index
     (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
     A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, the process index
     `mp.spawn` passes its function first: `"final{}.pth".format(gpu)`, or a name bound to one:
-    `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`) or to an in-memory
+    `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`), to a name each process
+    draws for itself (`f"batch-{uuid.uuid4()}.pt"`, `os.getpid()`) or to an in-memory
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`). A file whose every process
     group is `init_process_group(..., world_size=1)` (the old one-process DDP over all GPUs)
@@ -391,6 +395,8 @@ def _target_is_per_rank(model: SemanticModel, save: cst.Call) -> bool:
         return True
     if isinstance(target, cst.Name) and value is not None and mentions_rank(model, value):
         return True  # `mb_path = os.path.join(out, "mb" + str(args.rank) + ".pth")`: a file per rank
+    if any(_unique_per_process(expr) for expr in (target, value) if expr is not None):
+        return True  # `f"{out}/batch-{uuid4()}.pt"`: a name no other process draws
     if any(mentions_spawn_index(model, expr, save) for expr in (target, value) if expr is not None):
         return True  # `"final_state{}.pth".format(gpu)`, `gpu` the index mp.spawn passes
     key = model.binding_key(target, save)
@@ -408,6 +414,24 @@ def _target_is_per_rank(model: SemanticModel, save: cst.Call) -> bool:
         return isinstance(function, cst.FunctionDef) and any(
             mentions_rank(model, passed) for passed in passed_for(model, function, binding.node)
         )
+    return False
+
+
+# Calls whose value differs in every process (a random UUID, the process id): a path built
+# from one names a file of this process alone.
+UNIQUE_PER_PROCESS = {"uuid1", "uuid4", "getpid", "token_hex", "token_urlsafe"}
+
+
+def _unique_per_process(expr: cst.BaseExpression) -> bool:
+    """`f"{out}/batch-{uuid4()}.pt"`, `"dump_%d.pt" % os.getpid()`."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            callee = node.func.attr.value if isinstance(node.func, cst.Attribute) else getattr(node.func, "value", "")
+            if callee in UNIQUE_PER_PROCESS:
+                return True
+        stack.extend(children_of(node))
     return False
 
 
