@@ -221,7 +221,7 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
                 return True
         if depth > 0 and isinstance(node, cst.Attribute) and _is_operand(model, node):
             # `self.is_logger = rank == 0` in `__init__`, `args.save_logs = ... and is_main_process()`.
-            if any(mentions_rank(model, value, depth - 1, followed=True) for value in _attribute_values(model, node)):
+            if any(mentions_rank(model, value, depth - 1, followed=True) for value in attribute_values(model, node)):
                 return True
         if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
             if any(_returns_rank_test(model, function, depth - 1) or returns_value_on_some_ranks(model, function)
@@ -304,7 +304,7 @@ def _assigned_values(model: SemanticModel, name: cst.Name) -> list[cst.BaseExpre
 _ATTRIBUTE_VALUES: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
 
 
-def _attribute_values(model: SemanticModel, attribute: cst.Attribute) -> list[cst.BaseExpression]:
+def attribute_values(model: SemanticModel, attribute: cst.Attribute) -> list[cst.BaseExpression]:
     """The values this file assigns to an attribute spelled the same way (`args.save_logs = ...`,
     `self.is_logger = ...` in any method)."""
     table = _ATTRIBUTE_VALUES.get(model)
@@ -614,7 +614,7 @@ def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Option
         if values:
             site = None  # the argument is read where the call is
         else:
-            values = _assigned_values(model, test) if isinstance(test, cst.Name) else _attribute_values(model, test)
+            values = _assigned_values(model, test) if isinstance(test, cst.Name) else attribute_values(model, test)
         answers = [main_rank_truth(model, value, site, depth - 1, rank) for value in values]
         if answers and None not in answers:
             return frozenset().union(*answers)
@@ -810,7 +810,7 @@ def mentions_spawn_index(model: SemanticModel, expr: cst.BaseExpression, at: cst
 def called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], at: cst.CSTNode) -> list[cst.FunctionDef]:
     """The defs of this file a callee expression names: `f`, `self.f`, `obj.f` with `obj = C(...)`."""
     if isinstance(func, cst.Name):
-        return _visible_functions(model, func.value, at)
+        return _visible_functions(model, func.value, at) or _instance_call(model, func, at)
     if not isinstance(func, cst.Attribute):
         return []
     method = func.attr.value
@@ -824,6 +824,26 @@ def called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], a
         if class_node is not None and _visible_functions(model, instance.func.value, at, kind=cst.ClassDef):
             return _methods(model, class_node, method)
     return []
+
+
+_CALLABLE_CLASSES: "weakref.WeakKeyDictionary[SemanticModel, set]" = weakref.WeakKeyDictionary()
+
+
+def _instance_call(model: SemanticModel, func: cst.Name, at: cst.CSTNode) -> list[cst.FunctionDef]:
+    """`stopper(loss, model, path)` with `stopper = EarlyStopping(...)`, a class of this file
+    that defines `__call__`: that method runs."""
+    callable_classes = _CALLABLE_CLASSES.get(model)
+    if callable_classes is None:
+        callable_classes = {name for name, node in model.classes.items() if _methods(model, node, "__call__")}
+        _CALLABLE_CLASSES[model] = callable_classes
+    if not callable_classes or func.value in model.classes:
+        return []
+    instance = peel_self_returning(model.value_at(func, at))
+    if not (isinstance(instance, cst.Call) and isinstance(instance.func, cst.Name) and instance.func.value in callable_classes):
+        return []
+    if not _visible_functions(model, instance.func.value, instance, kind=cst.ClassDef):
+        return []
+    return _methods(model, model.classes[instance.func.value], "__call__")
 
 
 def _visible_functions(model: SemanticModel, name: str, at: cst.CSTNode, kind=cst.FunctionDef) -> list:
