@@ -14,7 +14,7 @@ main-process helper (`rank == 0`, `dist.get_rank() == 0`, `args.local_rank in (-
 a function defined in this file whose every call we can see is itself guarded.
 
 "Involves a rank" is judged from the words the code uses, because rank-0 helpers live in
-other files: an identifier or string mentioning rank, master, main process, global zero,
+other files: an identifier or string mentioning rank, master, main process, process index, global zero,
 world/local process zero, or primary; a name bound (on any path) to such an expression; an
 attribute this file assigns such an expression to (`self.is_logger = rank == 0`,
 `args.save_logs = args.logs and is_main_process()`); a call to a function of this file that
@@ -68,7 +68,8 @@ SPAWNERS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processe
 EXITS = {"sys.exit", "exit", "quit", "os._exit"}
 
 RANK_WORDS = re.compile(
-    r"rank|master|main_?process|is_main|global_zero|process_zero|is_primary|is_chief|is_root|root_worker",
+    r"rank|master|main_?process|is_main|global_zero|process_zero|is_primary|is_chief|is_root|root_worker"
+    r"|process_ind(ex|ices)|process_idx",  # `accelerator.process_index`, `jax.process_index()`: the rank
     re.IGNORECASE,
 )
 # The index of a machine, not of a process: `node_rank == 0` (or `args.nr == 0`) is true for

@@ -71,7 +71,13 @@ class UnguardedRankSave(Rule):
     When dplint checks a project, a plain function of another project file that this file
     calls on every rank (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)
     is followed too: a `torch.save` in it that no guard inside the function covers is
-    reported there. Methods called on instances are not followed. An `if` in the function
+    reported there. So is a method of a project class that this file calls on every rank
+    through an instance (`stopper(loss, model, path)` with `stopper = EarlyStopping(...)` runs
+    its `__call__`; `saver.dump(state)` runs `dump`), and the methods it calls through `self.`:
+    silent where an argument of the call or of the constructor mentions a rank (the class may
+    test it), and an `if self.accelerator is not None:` whose attribute the constructor copies
+    from a parameter is decided by what the constructor call passes. A callable object of this
+    file (`keep = BestKeeper(out)` ... `keep(loss, net)`) is followed like a function. An `if` in the function
     that tests only a parameter the call fills with a literal (or leaves at its default) is
     decided by it: `if model is not None:` is skipped when the call passes no model, and
     `if local_rank > -1:` (`else:` saves) guards nothing when the call leaves `local_rank=-1`;
