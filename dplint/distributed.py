@@ -232,6 +232,8 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
             # `result = self.evaluate()` ... `if result is not None:`: a method of this class
             if any(returns_value_on_some_ranks(model, function) for function in called_functions(model, node.func, node)):
                 return True
+        if depth > 0 and isinstance(node, cst.Call) and _imported_returns_on_some_ranks(model, node):
+            return True  # `stats = evaluate(...)` with `from engine import evaluate`
     return False
 
 
@@ -350,6 +352,19 @@ def _last_identifier(expr: cst.BaseExpression) -> str:
 def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: int) -> bool:
     returns = [node for node in _subtree(function.body) if isinstance(node, cst.Return) and node.value is not None]
     return any(mentions_rank(model, statement.value, depth) for statement in returns)
+
+
+def _imported_returns_on_some_ranks(model: SemanticModel, call: cst.Call) -> bool:
+    """A function of another project file, imported here, that returns a value on some ranks only."""
+    name = dotted_name(call.func)
+    if name is None or name.partition(".")[0] not in model.imports or getattr(model, "project", None) is None:
+        return False
+    try:
+        callee = model.flow.callee(call)
+    except Exception:
+        return False
+    return (callee is not None and callee.model is not model and isinstance(callee.node, cst.FunctionDef)
+            and returns_value_on_some_ranks(callee.model, callee.node))
 
 
 _SOME_RANKS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
