@@ -13,6 +13,7 @@ from dplint.distributed import (
     Route,
     callers_of,
     enclosing_function,
+    ends_in_exit,
     every_rank_reaches,
     is_multi_process,
     multi_process_switches,
@@ -81,7 +82,9 @@ class UnguardedRankSave(Rule):
     that tests only a parameter the call fills with a literal (or leaves at its default) is
     decided by it: `if model is not None:` is skipped when the call passes no model, and
     `if local_rank > -1:` (`else:` saves) guards nothing when the call leaves `local_rank=-1`;
-    such a finding is on the call, where the rank is missing.
+    such a finding is on the call, where the rank is missing. An early exit decided the same
+    way (`if return_model: return new` before the save, the call leaving `return_model=True`)
+    keeps the call from the save.
 
     ## Why is this bad?
     Every rank opens the same path and writes it at once. `torch.save` writes the file in
@@ -216,8 +219,7 @@ class UnguardedRankSave(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         saves = [site.node for site in model.calls if site.qualified_name == TORCH_SAVE]
-        # a file with no "save" in it (let through by the method tokens) calls no save helper
-        helpers = _project_save_helpers(model) if "save" in model.text else []
+        helpers = _project_save_helpers(model)
         methods = _project_method_calls(model)
         if not (saves or helpers or methods) or not is_multi_process(model):
             return
@@ -328,6 +330,19 @@ def _reach(caller: SemanticModel, call: cst.Call, other: SemanticModel, function
     for ancestor in other.ancestors(save):
         if ancestor is function:
             break
+        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+            # `if return_model: return new` before the save, with the call leaving it True
+            for sibling in ancestor.body:
+                if sibling is child:
+                    break
+                if not isinstance(sibling, cst.If):
+                    continue
+                decided = _decided(caller, sibling.test, call, function, params, bound)
+                if decided is None:
+                    continue
+                taken = sibling.body if decided else sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None
+                if taken is not None and ends_in_exit(other, taken):
+                    return False, False, True
         if isinstance(ancestor, cst.If) and child is not ancestor.test:
             decided = _decided(caller, ancestor.test, call, function, params, bound)
             if decided is not None:
