@@ -359,8 +359,8 @@ def _passed_on_in_scope(model: SemanticModel, call: cst.Call, callee: cst.Functi
             continue
         if isinstance(parent, cst.Attribute) and parent.attr is node:
             continue
-        if isinstance(parent, (cst.FunctionDef, cst.Param)):
-            continue
+        if isinstance(parent, (cst.FunctionDef, cst.Param)) or isinstance(parent, cst.Arg) and parent.keyword is node:
+            continue  # its own name, a parameter, a keyword (`evaluate=True`)
         if model.binding_at(name, node) is not None and model.binding_at(name, node).node is callee:
             return True
     return False

@@ -176,3 +176,23 @@ def test_project_method_called_on_one_rank_or_given_the_rank_is_clean(cli, tmp_p
         "    ranked.dump(net)\n"
     )
     assert project(cli, tmp_path, {"saver.py": SAVER, "run.py": run}) == []
+
+
+def test_a_keyword_named_like_the_function_is_not_handing_it_on():
+    code = (
+        "import torch.distributed as dist\n"
+        "def load(evaluate=False):\n"
+        "    if rank not in (-1, 0):\n"
+        "        dist.barrier()\n"
+        "    data = read()\n"
+        "    if rank == 0:\n"
+        "        dist.barrier()\n"
+        "def evaluate():\n"
+        "    load(evaluate=True)\n"
+        "def main():\n"
+        "    dist.init_process_group('nccl')\n"
+        "    load(evaluate=False)\n"
+        "    if rank in (-1, 0):\n"
+        "        evaluate()\n"
+    )
+    assert (7, "DPL017") in codes(code, "DPL017")
