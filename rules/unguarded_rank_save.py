@@ -414,8 +414,8 @@ def _project_method_calls(model: SemanticModel) -> list[tuple[cst.Call, Semantic
         if holder is None or dotted_name(holder) not in built_here:
             continue
         built = model.value_at(holder, call)
-        if not isinstance(built, cst.Call) or built is holder:
-            continue
+        if not isinstance(built, cst.Call) or built is holder or is_rank_guarded(model, built):
+            continue  # `if rank == 0: saver = Saver(out)`: an object of one rank
         if any(mentions_rank(model, arg.value) for arg in (*call.args, *built.args)):
             continue
         target = called_function(model, call)

@@ -196,3 +196,18 @@ def test_a_keyword_named_like_the_function_is_not_handing_it_on():
         "        evaluate()\n"
     )
     assert (7, "DPL017") in codes(code, "DPL017")
+
+
+def test_project_object_built_on_one_rank_is_clean(cli, tmp_path):
+    run = (
+        "import torch.distributed as dist\n"
+        "from saver import Saver\n"
+        "dist.init_process_group('nccl')\n"
+        "saver = None\n"
+        "if dist.get_rank() == 0:\n"
+        "    saver = Saver()\n"
+        "for epoch in range(3):\n"
+        "    if saver is not None:\n"
+        "        saver.dump(net)\n"
+    )
+    assert project(cli, tmp_path, {"saver.py": SAVER, "run.py": run}) == []
