@@ -387,7 +387,9 @@ def returns_value_on_some_ranks(model: SemanticModel, function: cst.FunctionDef)
                 none_path = True
             else:
                 valued.append(node)
-    answer = none_path and bool(valued) and all(is_rank_guarded(model, node) for node in valued)
+    answer = none_path and bool(valued) and all(
+        any(mentions_rank(model, test) and not same_on_every_rank(model, test) for test, _ in guard_tests(model, node))
+        for node in valued)  # `if args.local_rank != -1: return sampler`: every rank alike, no guard
     known[function] = answer
     return answer
 

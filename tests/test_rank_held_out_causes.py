@@ -43,6 +43,10 @@ SOME_RANKS = (
     "    if local_rank == -1:\n"
     "        return m\n"
     "    return wrap(m)\n"
+    "def uniform(args, ds):\n"
+    "    if args.local_rank != -1:\n"
+    "        return sampler_for(ds)\n"
+    "    return None\n"
     "def no_rank(loader):\n"
     "    if loader is None:\n"
     "        return None\n"
@@ -53,8 +57,9 @@ SOME_RANKS = (
 def test_returns_value_on_some_ranks():
     model = model_of(SOME_RANKS)
     answers = {name: returns_value_on_some_ranks(model, function(model, name))
-               for name in ("on_main", "after_exit", "falls_off", "every_rank", "no_rank")}
-    assert answers == {"on_main": True, "after_exit": True, "falls_off": True, "every_rank": False, "no_rank": False}
+               for name in ("on_main", "after_exit", "falls_off", "every_rank", "uniform", "no_rank")}
+    assert answers == {"on_main": True, "after_exit": True, "falls_off": True, "every_rank": False, "uniform": False,
+                       "no_rank": False}
 
 
 def test_a_collective_under_a_test_of_a_main_rank_result_is_flagged():
