@@ -232,8 +232,8 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
             # `result = self.evaluate()` ... `if result is not None:`: a method of this class
             if any(returns_value_on_some_ranks(model, function) for function in called_functions(model, node.func, node)):
                 return True
-        if depth > 0 and isinstance(node, cst.Call) and _imported_returns_on_some_ranks(model, node):
-            return True  # `stats = evaluate(...)` with `from engine import evaluate`
+        if depth > 0 and followed and isinstance(node, cst.Call) and _imported_returns_on_some_ranks(model, node):
+            return True  # `stats = evaluate(...)` with `from engine import evaluate`, then `if stats:`
     return False
 
 
@@ -357,14 +357,23 @@ def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: i
 def _imported_returns_on_some_ranks(model: SemanticModel, call: cst.Call) -> bool:
     """A function of another project file, imported here, that returns a value on some ranks only."""
     name = dotted_name(call.func)
-    if name is None or name.partition(".")[0] not in model.imports or getattr(model, "project", None) is None:
+    project = getattr(model, "project", None)
+    if name is None or name.partition(".")[0] not in model.imports or project is None:
         return False
     try:
+        qualified = model.qualified_name(call.func)
+        if qualified is None or not project.mentions(qualified, model, _RANK_TEXT):
+            return False  # read as text first: parse no file whose function names no rank
         callee = model.flow.callee(call)
     except Exception:
         return False
     return (callee is not None and callee.model is not model and isinstance(callee.node, cst.FunctionDef)
             and returns_value_on_some_ranks(callee.model, callee.node))
+
+
+# Words one of which a function returning on some ranks only must contain (`RANK_WORDS`,
+# `DEVICE_INDEX_WORDS` in their plain spellings).
+_RANK_TEXT = ("rank", "master", "main", "process_ind", "primary", "global_zero", "chief", "root", "gpu", "device_id")
 
 
 _SOME_RANKS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()

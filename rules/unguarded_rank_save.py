@@ -433,6 +433,8 @@ def _saving_objects_built(model: SemanticModel, project) -> set[str]:
         owner = site.qualified_name
         if owner is None or "." not in owner or owner.startswith(("torch.", "builtins.")):
             continue  # a class of this file or of no import: followed elsewhere or not at all
+        if not owner.rpartition(".")[2][:1].isupper():
+            continue  # classes are named in CapWords: `EarlyStopping(...)`, not `np.zeros(...)`
         statement = model.parent(site.node)
         if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
             continue
