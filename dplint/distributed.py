@@ -14,7 +14,7 @@ main-process helper (`rank == 0`, `dist.get_rank() == 0`, `args.local_rank in (-
 a function defined in this file whose every call we can see is itself guarded.
 
 "Involves a rank" is judged from the words the code uses, because rank-0 helpers live in
-other files: an identifier or string mentioning rank, master, main process, global zero,
+other files: an identifier or string mentioning rank, master, main process, process index, global zero,
 world/local process zero, or primary; a name bound (on any path) to such an expression; an
 attribute this file assigns such an expression to (`self.is_logger = rank == 0`,
 `args.save_logs = args.logs and is_main_process()`); a call to a function of this file that
@@ -68,7 +68,8 @@ SPAWNERS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processe
 EXITS = {"sys.exit", "exit", "quit", "os._exit"}
 
 RANK_WORDS = re.compile(
-    r"rank|master|main_?process|is_main|global_zero|process_zero|is_primary|is_chief|is_root|root_worker",
+    r"rank|master|main_?process|is_main|global_zero|process_zero|is_primary|is_chief|is_root|root_worker"
+    r"|process_ind(ex|ices)|process_idx",  # `accelerator.process_index`, `jax.process_index()`: the rank
     re.IGNORECASE,
 )
 # The index of a machine, not of a process: `node_rank == 0` (or `args.nr == 0`) is true for
@@ -221,11 +222,18 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
                 return True
         if depth > 0 and isinstance(node, cst.Attribute) and _is_operand(model, node):
             # `self.is_logger = rank == 0` in `__init__`, `args.save_logs = ... and is_main_process()`.
-            if any(mentions_rank(model, value, depth - 1, followed=True) for value in _attribute_values(model, node)):
+            if any(mentions_rank(model, value, depth - 1, followed=True) for value in attribute_values(model, node)):
                 return True
         if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
-            if any(_returns_rank_test(model, function, depth - 1) for function in model.functions.get(node.func.value, ())):
+            if any(_returns_rank_test(model, function, depth - 1) or returns_value_on_some_ranks(model, function)
+                   for function in model.functions.get(node.func.value, ())):
                 return True
+        if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            # `result = self.evaluate()` ... `if result is not None:`: a method of this class
+            if any(returns_value_on_some_ranks(model, function) for function in called_functions(model, node.func, node)):
+                return True
+        if depth > 0 and followed and isinstance(node, cst.Call) and _imported_returns_on_some_ranks(model, node):
+            return True  # `stats = evaluate(...)` with `from engine import evaluate`, then `if stats:`
     return False
 
 
@@ -299,7 +307,7 @@ def _assigned_values(model: SemanticModel, name: cst.Name) -> list[cst.BaseExpre
 _ATTRIBUTE_VALUES: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
 
 
-def _attribute_values(model: SemanticModel, attribute: cst.Attribute) -> list[cst.BaseExpression]:
+def attribute_values(model: SemanticModel, attribute: cst.Attribute) -> list[cst.BaseExpression]:
     """The values this file assigns to an attribute spelled the same way (`args.save_logs = ...`,
     `self.is_logger = ...` in any method)."""
     table = _ATTRIBUTE_VALUES.get(model)
@@ -344,6 +352,55 @@ def _last_identifier(expr: cst.BaseExpression) -> str:
 def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: int) -> bool:
     returns = [node for node in _subtree(function.body) if isinstance(node, cst.Return) and node.value is not None]
     return any(mentions_rank(model, statement.value, depth) for statement in returns)
+
+
+def _imported_returns_on_some_ranks(model: SemanticModel, call: cst.Call) -> bool:
+    """A function of another project file, imported here, that returns a value on some ranks only."""
+    name = dotted_name(call.func)
+    project = getattr(model, "project", None)
+    if name is None or name.partition(".")[0] not in model.imports or project is None:
+        return False
+    try:
+        qualified = model.qualified_name(call.func)
+        if qualified is None or not project.mentions(qualified, model, _RANK_TEXT):
+            return False  # read as text first: parse no file whose function names no rank
+        callee = model.flow.callee(call)
+    except Exception:
+        return False
+    return (callee is not None and callee.model is not model and isinstance(callee.node, cst.FunctionDef)
+            and returns_value_on_some_ranks(callee.model, callee.node))
+
+
+# Words one of which a function returning on some ranks only must contain (`RANK_WORDS`,
+# `DEVICE_INDEX_WORDS` in their plain spellings).
+_RANK_TEXT = ("rank", "master", "main", "process_ind", "primary", "global_zero", "chief", "root", "gpu", "device_id")
+
+
+_SOME_RANKS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def returns_value_on_some_ranks(model: SemanticModel, function: cst.FunctionDef) -> bool:
+    """A function that returns a value only under a rank guard and None on the other ranks
+    (`if rank == 0: return score.item()` then `return None`, or nothing at the end): the
+    caller's `if result is not None:` (or `if result:`) lets only those ranks through.
+    A function with no None path (`if local_rank == -1: return model` / `return DDP(model)`)
+    returns a value on every rank: not one."""
+    known = _SOME_RANKS.setdefault(model, {})
+    if function in known:
+        return known[function]
+    known[function] = False  # while deciding: a guard that calls back here is no guard
+    valued, none_path = [], not ends_in_exit(model, function.body)  # it can end without a return
+    for node in _subtree(function.body, skip=lambda n: n is not function.body and isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef))):
+        if isinstance(node, cst.Return):
+            if node.value is None or isinstance(node.value, cst.Name) and node.value.value == "None":
+                none_path = True
+            else:
+                valued.append(node)
+    answer = none_path and bool(valued) and all(
+        any(mentions_rank(model, test) and not same_on_every_rank(model, test) for test, _ in guard_tests(model, node))
+        for node in valued)  # `if args.local_rank != -1: return sampler`: every rank alike, no guard
+    known[function] = answer
+    return answer
 
 
 # Calls whose result is their argument, reshaped: `int(os.environ["RANK"])`, `os.getenv("RANK")`.
@@ -584,7 +641,7 @@ def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Option
         if values:
             site = None  # the argument is read where the call is
         else:
-            values = _assigned_values(model, test) if isinstance(test, cst.Name) else _attribute_values(model, test)
+            values = _assigned_values(model, test) if isinstance(test, cst.Name) else attribute_values(model, test)
         answers = [main_rank_truth(model, value, site, depth - 1, rank) for value in values]
         if answers and None not in answers:
             return frozenset().union(*answers)
@@ -780,7 +837,7 @@ def mentions_spawn_index(model: SemanticModel, expr: cst.BaseExpression, at: cst
 def called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], at: cst.CSTNode) -> list[cst.FunctionDef]:
     """The defs of this file a callee expression names: `f`, `self.f`, `obj.f` with `obj = C(...)`."""
     if isinstance(func, cst.Name):
-        return _visible_functions(model, func.value, at)
+        return _visible_functions(model, func.value, at) or _instance_call(model, func, at)
     if not isinstance(func, cst.Attribute):
         return []
     method = func.attr.value
@@ -794,6 +851,26 @@ def called_functions(model: SemanticModel, func: Optional[cst.BaseExpression], a
         if class_node is not None and _visible_functions(model, instance.func.value, at, kind=cst.ClassDef):
             return _methods(model, class_node, method)
     return []
+
+
+_CALLABLE_CLASSES: "weakref.WeakKeyDictionary[SemanticModel, set]" = weakref.WeakKeyDictionary()
+
+
+def _instance_call(model: SemanticModel, func: cst.Name, at: cst.CSTNode) -> list[cst.FunctionDef]:
+    """`stopper(loss, model, path)` with `stopper = EarlyStopping(...)`, a class of this file
+    that defines `__call__`: that method runs."""
+    callable_classes = _CALLABLE_CLASSES.get(model)
+    if callable_classes is None:
+        callable_classes = {name for name, node in model.classes.items() if _methods(model, node, "__call__")}
+        _CALLABLE_CLASSES[model] = callable_classes
+    if not callable_classes or func.value in model.classes:
+        return []
+    instance = peel_self_returning(model.value_at(func, at))
+    if not (isinstance(instance, cst.Call) and isinstance(instance.func, cst.Name) and instance.func.value in callable_classes):
+        return []
+    if not _visible_functions(model, instance.func.value, instance, kind=cst.ClassDef):
+        return []
+    return _methods(model, model.classes[instance.func.value], "__call__")
 
 
 def _visible_functions(model: SemanticModel, name: str, at: cst.CSTNode, kind=cst.FunctionDef) -> list:

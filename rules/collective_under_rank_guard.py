@@ -59,13 +59,16 @@ class CollectiveUnderRankGuard(Rule):
     rank goes ahead" pair `if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0:
     barrier()`, or one call per branch of the guard: rank 0 reaches exactly one of the two;
     two barriers both in the `else` of `if rank <= 0:` do not pair), is matched on every rank
-    that runs the function, so it is
+    that runs the function (also one in an enclosing function: a closure's broadcast under
+    `if rank == 0:` meets the other ranks' broadcast in the enclosing `else:`), so it is
     flagged only when the function itself is reached through a call only the main process
     makes and the main process passes the collective's own rank tests there: rank tests are
     evaluated for rank 0 (`rank == 0`, `local_rank in [-1, 0]`, `is_main_process()` hold;
     `rank != 0`, `if rank:` fail), with the function's parameters read as what that call
     passes (`and not evaluate` with `evaluate=True`); a configuration part of a test may go
-    either way. A call made once per branch of a rank guard counts as made on every rank.
+    either way. A call made once per branch of a rank guard counts as made on every rank, and
+    so does a function the guarded call's scope also hands on as a value (`optimizer.step(closure)`
+    on rank 0, `closure()` on the others): who calls it is out of sight.
 
     Silent under tests every rank answers alike: whether the job is distributed
     (`local_rank != -1`, `rank >= 0`), its world size, whether the group is initialised,
@@ -182,9 +185,9 @@ class CollectiveUnderRankGuard(Rule):
             name = collective_name(site.qualified_name)
             if name is not None:
                 sites.append((site, name))
-                by_scope.setdefault((id(site.scope), name), []).append(site.node)
+                by_scope.setdefault((_pairing_scope(model, site), name), []).append(site.node)
         for site, name in sites:
-            siblings = [other for other in by_scope[(id(site.scope), name)] if other is not site.node]
+            siblings = [other for other in by_scope[(_pairing_scope(model, site), name)] if other is not site.node]
             route = some_ranks_route(model, site.node, paired=_paired(model, site.node, siblings))
             if route is None:
                 continue
@@ -255,6 +258,19 @@ def _inside_no_sync(model: SemanticModel, node: cst.CSTNode) -> bool:
     )
 
 
+def _pairing_scope(model: SemanticModel, site) -> int:
+    """Where a collective's matching calls may sit: its outermost function (a closure's
+    broadcast under `if rank == 0:` pairs with the enclosing function's broadcast in the
+    other ranks' `else:` loop, a handshake), else its own scope."""
+    outermost = None
+    for ancestor in model.ancestors(site.node):
+        if isinstance(ancestor, cst.ClassDef):
+            break
+        if isinstance(ancestor, cst.FunctionDef):
+            outermost = ancestor
+    return id(outermost) if outermost is not None else id(site.scope)
+
+
 def _paired(model: SemanticModel, node: cst.Call, siblings: list) -> bool:
     """Whether another call of the same collective in the same function can be the one the
     other ranks make: `if local_rank not in (-1, 0): barrier()` ... `if local_rank == 0:
@@ -310,8 +326,12 @@ def _caller_route(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef,
     if need_main and main_rank_passes(model, call) is not True:
         return None
     if restricted:
-        # `if rank == 0: run(a)` / `else: run(b)`: one call per branch, every rank runs it.
-        return None if _calls_in_scope(model, call, callee) > 1 else ()
+        # `if rank == 0: run(a)` / `else: run(b)`: one call per branch, every rank runs it;
+        # so when the function is also handed on as a value there (`opt.step(closure)` on
+        # rank 0, `closure()` on the others): who calls it is out of sight.
+        if _calls_in_scope(model, call, callee) > 1 or _passed_on_in_scope(model, call, callee):
+            return None
+        return ()
     function = enclosing_function(model, call)
     if depth <= 0 or not isinstance(function, cst.FunctionDef):
         return None
@@ -325,6 +345,25 @@ def _caller_route(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef,
 def _calls_in_scope(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef) -> int:
     scope = model.scope(call)
     return sum(1 for other, _ in _calls_of(model, callee) if model.scope(other) is scope)
+
+
+def _passed_on_in_scope(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef) -> bool:
+    """The function's name is read, other than as a callee, in the scope of `call`
+    (`optimizer.step(closure)`, `callbacks=[hook]`)."""
+    scope, name = model.scope(call), callee.name.value
+    for node in model.nodes():
+        if not (isinstance(node, cst.Name) and node.value == name) or model.scope(node) is not scope:
+            continue
+        parent = model.parent(node)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            continue
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            continue
+        if isinstance(parent, (cst.FunctionDef, cst.Param)) or isinstance(parent, cst.Arg) and parent.keyword is node:
+            continue  # its own name, a parameter, a keyword (`evaluate=True`)
+        if model.binding_at(name, node) is not None and model.binding_at(name, node).node is callee:
+            return True
+    return False
 
 
 def _calls_of(model: SemanticModel, function: cst.FunctionDef) -> list[tuple[cst.Call, bool]]:

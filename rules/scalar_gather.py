@@ -9,7 +9,7 @@ import libcst as cst
 from dplint.checkpoints import resolve
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.flow import class_method
-from dplint.semantic import SemanticModel, Wrapping, argument, keyword_arg, literal_value, method_call, own_returns, peel_self_returning
+from dplint.semantic import SemanticModel, Wrapping, argument, children_of, keyword_arg, literal_value, method_call, own_returns, peel_self_returning
 from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops, construction_argument, held_wrapper, wrapper_kind
 from dplint.wrappers import indexed_values
 
@@ -75,7 +75,9 @@ class ScalarGather(Rule):
 
     Silent when `device_ids` names one device, when the result is reduced (`.mean()`,
     `.sum()`, `torch.mean`) before `backward()` -- also on some path only
-    (`if n_gpu > 1: loss = loss.mean()`: the author handles the gather) -- when it goes
+    (`if n_gpu > 1: loss = loss.mean()`: the author handles the gather), or in the handler
+    of a `try:` around the `backward()` that catches its RuntimeError (`except
+    RuntimeError: loss.mean().backward()`: a retry on the reduced loss) -- when it goes
     through a call the rule does not know (`reduce_loss(dp(x))`), when it is
     back-propagated with an explicit gradient, when the module's `forward` refutes the call
     site (above), for an element of a list changed otherwise than by `append` statements in
@@ -280,6 +282,8 @@ class ScalarGather(Rule):
         for backprop in backprops(model):
             if _has_explicit_gradient(backprop.site.node, backprop.site.qualified_name):
                 continue  # `loss.backward(torch.ones_like(loss))` works on a vector
+            if _retried_reduced(model, backprop.site.node):
+                continue  # `try: loss.backward()` / `except RuntimeError: loss.mean().backward()`
             for root in backprop.roots:
                 for call, element, anchor in _gathered_results(model, root, backprop.site.node):
                     if call in flagged:
@@ -316,6 +320,47 @@ def _violation(call: cst.Call, element: object, anchor: cst.CSTNode,
             (Edit(call, cst.Call(func=cst.Attribute(value=call, attr=cst.Name(reduction)))),),
         )
     return Violation(node=anchor, message=f"{what}: {gather}{advice}", fix=fix)
+
+
+# What `backward()` on a vector raises (`RuntimeError: grad can be implicitly created only for
+# scalar outputs`) is caught by a handler of these.
+CATCHES_RUNTIME_ERROR = {"RuntimeError", "Exception", "BaseException"}
+
+
+def _retried_reduced(model: SemanticModel, backward: cst.Call) -> bool:
+    """The backward sits in a `try:` whose handler catches the RuntimeError a gathered vector
+    raises and reduces there (`except RuntimeError: loss = loss.mean(); loss.backward()`): the
+    author handles the gather."""
+    child: cst.CSTNode = backward
+    for ancestor in model.ancestors(backward):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        in_body, child = isinstance(ancestor, cst.Try) and child is ancestor.body, ancestor
+        if not in_body:
+            continue
+        for handler in ancestor.handlers:
+            if _catches_runtime_error(handler.type) and _holds_reduction(model, handler.body):
+                return True
+    return False
+
+
+def _holds_reduction(model: SemanticModel, node: cst.CSTNode) -> bool:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if _is_reduction(model, current):
+            return True
+        stack.extend(children_of(current))
+    return False
+
+
+def _catches_runtime_error(caught: Optional[cst.BaseExpression]) -> bool:
+    if caught is None:
+        return True  # a bare `except:`
+    if isinstance(caught, cst.Tuple):
+        return any(_catches_runtime_error(element.value) for element in caught.elements)
+    name = caught.attr.value if isinstance(caught, cst.Attribute) else getattr(caught, "value", None)
+    return name in CATCHES_RUNTIME_ERROR
 
 
 def _has_explicit_gradient(call: cst.Call, qualified_name: Optional[str]) -> bool:

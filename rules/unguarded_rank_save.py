@@ -8,9 +8,12 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.checkpoints import TORCH_SAVE, called_function
+from dplint.flow import class_method
 from dplint.distributed import (
     Route,
+    callers_of,
     enclosing_function,
+    ends_in_exit,
     every_rank_reaches,
     is_multi_process,
     multi_process_switches,
@@ -21,7 +24,7 @@ from dplint.distributed import (
     passed_for,
 )
 from dplint.rule import Example, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument, literal_value
+from dplint.semantic import SemanticModel, argument, children_of, dotted_name, literal_value
 
 # Targets that are private to the process that opens them: nothing is shared.
 PRIVATE_TARGETS = ("io.", "tempfile.")
@@ -45,13 +48,17 @@ class UnguardedRankSave(Rule):
     `if args.local_rank in (-1, 0):`, `if comm.is_main_process():`, `if self.global_rank == 0:`,
     `if accelerator.is_main_process:`), a name or attribute the file sets to such a test on any
     path (`is_master = rank == 0`, `self.is_logger = ...`, `args.save_logs = ... and
-    is_main_process()`, `writer = SummaryWriter() if rank == 0 else None`), after an early exit
+    is_main_process()`, `writer = SummaryWriter() if rank == 0 else None`), a value that a
+    function of this file returns only under a rank guard and None elsewhere (`score =
+    evaluate(...)` ... `if score is not None:`, with `if rank == 0: return acc` / `return None`
+    in `evaluate`), after an early exit
     (`if not is_master: return`), in a function decorated `@rank_zero_only` / `@master_only`,
     or in a function whose calls in this file are all guarded. A machine's index
     (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
     A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, the process index
     `mp.spawn` passes its function first: `"final{}.pth".format(gpu)`, or a name bound to one:
-    `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`) or to an in-memory
+    `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`), to a name each process
+    draws for itself (`f"batch-{uuid.uuid4()}.pt"`, `os.getpid()`) or to an in-memory
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`). A file whose every process
     group is `init_process_group(..., world_size=1)` (the old one-process DDP over all GPUs)
@@ -65,11 +72,19 @@ class UnguardedRankSave(Rule):
     When dplint checks a project, a plain function of another project file that this file
     calls on every rank (`checkpoint.save_checkpoint(model, ...)` with `import checkpoint`)
     is followed too: a `torch.save` in it that no guard inside the function covers is
-    reported there. Methods called on instances are not followed. An `if` in the function
+    reported there. So is a method of a project class that this file calls on every rank
+    through an instance (`stopper(loss, model, path)` with `stopper = EarlyStopping(...)` runs
+    its `__call__`; `saver.dump(state)` runs `dump`), and the methods it calls through `self.`:
+    silent where an argument of the call or of the constructor mentions a rank (the class may
+    test it), and an `if self.accelerator is not None:` whose attribute the constructor copies
+    from a parameter is decided by what the constructor call passes. A callable object of this
+    file (`keep = BestKeeper(out)` ... `keep(loss, net)`) is followed like a function. An `if` in the function
     that tests only a parameter the call fills with a literal (or leaves at its default) is
     decided by it: `if model is not None:` is skipped when the call passes no model, and
     `if local_rank > -1:` (`else:` saves) guards nothing when the call leaves `local_rank=-1`;
-    such a finding is on the call, where the rank is missing.
+    such a finding is on the call, where the rank is missing. An early exit decided the same
+    way (`if return_model: return new` before the save, the call leaving `return_model=True`)
+    keeps the call from the save.
 
     ## Why is this bad?
     Every rank opens the same path and writes it at once. `torch.save` writes the file in
@@ -205,9 +220,11 @@ class UnguardedRankSave(Rule):
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         saves = [site.node for site in model.calls if site.qualified_name == TORCH_SAVE]
         helpers = _project_save_helpers(model)
-        if not (saves or helpers) or not is_multi_process(model):
+        methods = _project_method_calls(model)
+        if not (saves or helpers or methods) or not is_multi_process(model):
             return
         yield from _saves_in_project_helpers(model, helpers)
+        yield from _saves_in_project_methods(model, methods)
         switches = multi_process_switches(model)
         for save in saves:
             if _target_is_per_rank(model, save):
@@ -257,9 +274,9 @@ _COMPARE = {
 _UNKNOWN = object()
 
 
-def _argument_value(model: SemanticModel, call: cst.Call, function: cst.FunctionDef, name: str):
+def _argument_value(model: SemanticModel, call: cst.Call, function: cst.FunctionDef, name: str, bound: bool = False):
     """The literal a call passes for a parameter (or its default); _UNKNOWN otherwise."""
-    passed = model.flow.parameter_argument(call, function, name, False)
+    passed = model.flow.parameter_argument(call, function, name, bound)
     if isinstance(passed, cst.Name) and passed.value in ("None", "True", "False"):
         return {"None": None, "True": True, "False": False}[passed.value]
     try:
@@ -268,22 +285,23 @@ def _argument_value(model: SemanticModel, call: cst.Call, function: cst.Function
         return _UNKNOWN
 
 
-def _decided(model: SemanticModel, test: cst.BaseExpression, call: cst.Call, function: cst.FunctionDef, params: set):
+def _decided(model: SemanticModel, test: cst.BaseExpression, call: cst.Call, function: cst.FunctionDef, params: set,
+             bound: bool = False):
     """True/False when the test depends only on a parameter that this call fills with a
     literal (`if model is not None:` with `model` left at None; `if local_rank > -1:` with the
     default -1); None when it cannot tell."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _decided(model, test.expression, call, function, params)
+        inner = _decided(model, test.expression, call, function, params, bound)
         return None if inner is None else not inner
     if isinstance(test, cst.Name) and test.value in params:
-        value = _argument_value(model, call, function, test.value)
+        value = _argument_value(model, call, function, test.value, bound)
         return None if value is _UNKNOWN else bool(value)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name):
         compare = _COMPARE.get(type(test.comparisons[0].operator))
         right = test.comparisons[0].comparator
         if compare is None or test.left.value not in params:
             return None
-        value = _argument_value(model, call, function, test.left.value)
+        value = _argument_value(model, call, function, test.left.value, bound)
         if isinstance(right, cst.Name) and right.value == "None":
             other = None
         else:
@@ -300,7 +318,8 @@ def _decided(model: SemanticModel, test: cst.BaseExpression, call: cst.Call, fun
     return None
 
 
-def _reach(caller: SemanticModel, call: cst.Call, other: SemanticModel, function: cst.FunctionDef, save: cst.Call):
+def _reach(caller: SemanticModel, call: cst.Call, other: SemanticModel, function: cst.FunctionDef, save: cst.CSTNode,
+           bound: bool = False):
     """(whether the call can reach the save, whether a rank guard the call leaves in force
     covers it, whether the call's arguments decided a test): `if` tests of the helper decided by the call's literal arguments are taken or
     skipped as the call makes them, and do not guard."""
@@ -311,8 +330,21 @@ def _reach(caller: SemanticModel, call: cst.Call, other: SemanticModel, function
     for ancestor in other.ancestors(save):
         if ancestor is function:
             break
+        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+            # `if return_model: return new` before the save, with the call leaving it True
+            for sibling in ancestor.body:
+                if sibling is child:
+                    break
+                if not isinstance(sibling, cst.If):
+                    continue
+                decided = _decided(caller, sibling.test, call, function, params, bound)
+                if decided is None:
+                    continue
+                taken = sibling.body if decided else sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None
+                if taken is not None and ends_in_exit(other, taken):
+                    return False, False, True
         if isinstance(ancestor, cst.If) and child is not ancestor.test:
-            decided = _decided(caller, ancestor.test, call, function, params)
+            decided = _decided(caller, ancestor.test, call, function, params, bound)
             if decided is not None:
                 decided_any = True
                 if decided != (child is ancestor.body):
@@ -363,6 +395,185 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
             )
 
 
+def _project_method_calls(model: SemanticModel) -> list[tuple[cst.Call, SemanticModel, cst.FunctionDef]]:
+    """Calls of a method of an instance of a project class defined in another file whose text
+    holds `torch.save`: `stopper(loss, model, path)` with `stopper = EarlyStopping(...)` runs
+    its `__call__`, `saver.dump(state)` with `saver = Saver(out)` runs `dump`. Silent where the
+    rank reaches the object (an argument of the call or of the constructor mentions it: the
+    class may test it) or the instance is not one class's on every path."""
+    project = getattr(model, "project", None)
+    if project is None:
+        return []
+    built_here = _saving_objects_built(model, project)
+    if not built_here:
+        return []
+    found = []
+    for site in model.calls:
+        call, func = site.node, site.node.func
+        holder = func if isinstance(func, cst.Name) else func.value if isinstance(func, cst.Attribute) else None
+        if holder is None or dotted_name(holder) not in built_here:
+            continue
+        built = model.value_at(holder, call)
+        if not isinstance(built, cst.Call) or built is holder or is_rank_guarded(model, built):
+            continue  # `if rank == 0: saver = Saver(out)`: an object of one rank
+        if any(mentions_rank(model, arg.value) for arg in (*call.args, *built.args)):
+            continue
+        target = called_function(model, call)
+        if target is None or target[0] is model or not target[2]:
+            continue
+        found.append((call, built, target[0], target[1]))
+    return found
+
+
+def _saving_objects_built(model: SemanticModel, project) -> set[str]:
+    """The names (`stopper`, `self.saver`) this file assigns an instance of an imported
+    project class whose text holds `torch.save` to."""
+    names: set[str] = set()
+    for site in model.calls:
+        owner = site.qualified_name
+        if owner is None or "." not in owner or owner.startswith(("torch.", "builtins.")):
+            continue  # a class of this file or of no import: followed elsewhere or not at all
+        if not owner.rpartition(".")[2][:1].isupper():
+            continue  # classes are named in CapWords: `EarlyStopping(...)`, not `np.zeros(...)`
+        statement = model.parent(site.node)
+        if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+            continue
+        target = dotted_name(statement.targets[0].target)
+        if target is None or target in names:
+            continue
+        try:
+            if project.mentions(owner, model, ("torch.save",)):
+                names.add(target)
+        except Exception:
+            continue
+    return names
+
+
+def _constructor_excludes(model: SemanticModel, built: cst.Call, other: SemanticModel, method: cst.FunctionDef,
+                          node: cst.CSTNode) -> bool:
+    """Whether an `if` around `node` (in its function) tests an attribute the constructor
+    copies from one of its parameters (`self.accelerator = accelerator`) and the branch that
+    holds `node` is the one this instance never takes: `Stopper(accelerator=accelerator)` never
+    runs `else:` of `if self.accelerator is not None:`."""
+    child = node
+    for ancestor in other.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            truth = _attribute_test_truth(model, built, other, method, ancestor.test)
+            if truth is not None and truth != (child is ancestor.body):
+                return True
+        child = ancestor
+    return False
+
+
+def _attribute_test_truth(model: SemanticModel, built: cst.Call, other: SemanticModel, method: cst.FunctionDef,
+                          test: cst.BaseExpression) -> Optional[bool]:
+    """The answer of `self.x is None` / `self.x is not None` / `self.x` / `not self.x` for this
+    instance, when `__init__` sets `self.x` from a parameter (its only assignment in the file)
+    that the constructor call fills with `None` or with a new object; None when it can't tell."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _attribute_test_truth(model, built, other, method, test.expression)
+        return None if inner is None else not inner
+    none_test = None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        operator_, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        if not (isinstance(operator_, (cst.Is, cst.IsNot)) and isinstance(right, cst.Name) and right.value == "None"):
+            return None
+        none_test, test = isinstance(operator_, cst.Is), test.left
+    if not (isinstance(test, cst.Attribute) and isinstance(test.value, cst.Name) and test.value.value == "self"):
+        return None
+    owner = other.parent(other.parent(method))
+    init = class_method(owner, "__init__") if isinstance(owner, cst.ClassDef) else None
+    assigned = _class_attribute_values(owner, test.attr.value) if init is not None else []
+    if init is None or len(assigned) != 1 or not isinstance(assigned[0], cst.Name):
+        return None
+    passed = model.flow.parameter_argument(built, init, assigned[0].value, True)
+    if isinstance(passed, cst.Name) and passed.value == "None":
+        is_none = True
+    elif isinstance(model.value_at(passed, built) if passed is not None else None, cst.Call):
+        is_none = False  # a new object: `accelerator = Accelerator()` passed on
+    else:
+        return None
+    return is_none if none_test is True else (not is_none)
+
+
+def _class_attribute_values(owner: cst.ClassDef, name: str) -> list[cst.BaseExpression]:
+    """What the class's methods assign to `self.<name>` (augmented assignments too)."""
+    found = []
+    stack: list[cst.CSTNode] = [owner.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Assign):
+            targets = [target.target for target in node.targets]
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            targets = [node.target]
+        else:
+            stack.extend(children_of(node))
+            continue
+        for target in targets:
+            if dotted_name(target) == f"self.{name}":
+                found.append(node.value)
+            elif isinstance(target, (cst.Tuple, cst.List)) and any(
+                    dotted_name(element.value) == f"self.{name}" for element in target.elements):
+                found.append(None)  # `self.a, self.b = ...`: a value we do not pair up
+    return found
+
+
+def _owner_name(other: SemanticModel, method: cst.FunctionDef) -> str:
+    owner = other.parent(other.parent(method))
+    return f"{owner.name.value}." if isinstance(owner, cst.ClassDef) else ""
+
+
+def _method_route(other: SemanticModel, method: cst.FunctionDef, save: cst.Call, depth: int = 4) -> Optional[list]:
+    """The `self.` calls, outermost first, by which `method` reaches the function around
+    `save` in its own class, each unguarded ([] when `save` sits in `method` itself)."""
+    function = enclosing_function(other, save)
+    if function is method:
+        return []
+    if depth == 0 or not isinstance(function, cst.FunctionDef) or is_rank_guarded(other, save):
+        return None
+    for caller in callers_of(other, function):
+        route = _method_route(other, method, caller, depth - 1)
+        if route is not None:
+            return [*route, caller]
+    return None
+
+
+def _saves_in_project_methods(model: SemanticModel, methods) -> Iterator[Violation]:
+    """A `torch.save` in a method of a project class (another file) that this file calls on
+    every rank through an instance (`stopper(loss, model, path)` runs `__call__`, which calls
+    `self.save_checkpoint(...)`), with no rank test on the way: reported at the save."""
+    for call, built, other, method in methods:
+        if every_rank_reaches(model, call) is None:
+            continue
+        for site in other.calls:
+            save = site.node
+            if site.qualified_name != TORCH_SAVE:
+                continue
+            route = _method_route(other, method, save)
+            if route is None:
+                continue
+            first = route[0] if route else save
+            reached, guarded, _ = _reach(model, call, other, method, first, bound=True)
+            if not reached or guarded or (route and is_rank_guarded(other, save)) or _target_is_per_rank(other, save):
+                continue
+            if any(_constructor_excludes(model, built, other, method, node) for node in (save, *route)):
+                continue  # `if self.accelerator is not None:` ... `else: torch.save(...)`, built with one
+            if _on_one_process_path(other, multi_process_switches(other), (save, *route)):
+                continue
+            yield Violation(
+                node=save,
+                message=(
+                    f"every rank runs this `torch.save`: another file of the project calls `{_owner_name(other, method)}"
+                    f"{method.name.value}` on an instance on every rank, so all processes write the same file at once, in "
+                    "place, and the checkpoint can silently mix tensors of different ranks or fail to load; save "
+                    "on one rank (`if accelerator.is_main_process:` / `if dist.get_rank() == 0:`, at the call or "
+                    "here) and wait for it before others read the file"
+                ),
+            )
+
+
 def _on_one_process_path(model: SemanticModel, switches: set, nodes) -> bool:
     """`if cfg.DIST_TRAIN: (DDP) ... else: torch.save(...)`, or `else: trainer.save()` on the
     way to it: the save, or a call that brings every rank to it, needs the other answer of a
@@ -391,6 +602,8 @@ def _target_is_per_rank(model: SemanticModel, save: cst.Call) -> bool:
         return True
     if isinstance(target, cst.Name) and value is not None and mentions_rank(model, value):
         return True  # `mb_path = os.path.join(out, "mb" + str(args.rank) + ".pth")`: a file per rank
+    if any(_unique_per_process(expr) for expr in (target, value) if expr is not None):
+        return True  # `f"{out}/batch-{uuid4()}.pt"`: a name no other process draws
     if any(mentions_spawn_index(model, expr, save) for expr in (target, value) if expr is not None):
         return True  # `"final_state{}.pth".format(gpu)`, `gpu` the index mp.spawn passes
     key = model.binding_key(target, save)
@@ -408,6 +621,24 @@ def _target_is_per_rank(model: SemanticModel, save: cst.Call) -> bool:
         return isinstance(function, cst.FunctionDef) and any(
             mentions_rank(model, passed) for passed in passed_for(model, function, binding.node)
         )
+    return False
+
+
+# Calls whose value differs in every process (a random UUID, the process id): a path built
+# from one names a file of this process alone.
+UNIQUE_PER_PROCESS = {"uuid1", "uuid4", "getpid", "token_hex", "token_urlsafe"}
+
+
+def _unique_per_process(expr: cst.BaseExpression) -> bool:
+    """`f"{out}/batch-{uuid4()}.pt"`, `"dump_%d.pt" % os.getpid()`."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            callee = node.func.attr.value if isinstance(node.func, cst.Attribute) else getattr(node.func, "value", "")
+            if callee in UNIQUE_PER_PROCESS:
+                return True
+        stack.extend(children_of(node))
     return False
 
 
