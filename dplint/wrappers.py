@@ -154,11 +154,31 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
         if not value.known and value.binding is not None and value.binding.value is not None and any(
                 w.call is value.binding.value for w in value.model.wrappings):
             continue  # a wrapper's own binding whose value the question ran out of steps for: not bare
+        if value.known and isinstance(value.expr, cst.Call) and _library_object_of(value.model, value.expr):
+            continue  # `GraphParallel(net)` of an installed package: may keep the model at `.module`
         if id(value.expr) in inner_exprs or (value.binding is not None and id(value.binding) in inner_bindings):
             count += 1
         elif value.known and isinstance(value.expr, cst.Call) and _builds_project_class(value.model, value.expr):
             count += 1
     return count
+
+
+def _library_object_of(model: SemanticModel, call: cst.Call) -> bool:
+    """`Holder(net, ...)`: an instance of a class from an installed package (not torch, not
+    the project) that is handed an object positionally. What it is stays unknown: a package's
+    own parallel wrapper or an EMA copy keeps the model at `.module` like torch's wrappers do.
+    Builders that take no object (`resnet50(weights=None)`, `create_model("vit")`), functions
+    (`build_model(cfg)`) and the project's own classes stay known."""
+    dotted = dotted_name(call.func)
+    if not dotted or not dotted.rpartition(".")[2][:1].isupper():
+        return False
+    head = dotted.partition(".")[0]
+    if head not in model.imports or model.imports[head].split(".")[0] == "torch":
+        return False
+    if not any(arg.keyword is None and not arg.star and isinstance(arg.value, (cst.Name, cst.Attribute))
+               for arg in call.args):
+        return False
+    return model.flow.callee(call) is None
 
 
 def _builds_project_class(model: SemanticModel, call: cst.Call) -> bool:
