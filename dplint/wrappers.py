@@ -18,7 +18,7 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 
 from dplint.flow import catches_attribute_error, self_consistent
-from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value
+from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value, own_returns
 
 # Public attributes of `nn.Module()` in torch 2.13.
 MODULE_ATTRIBUTES = frozenset({
@@ -280,6 +280,45 @@ def _conjuncts(model: SemanticModel, test: cst.BaseExpression, holds: bool) -> l
 
 def _is_within(child: cst.CSTNode, part: cst.CSTNode) -> bool:
     return child is part
+
+
+def unwrapped_by_a_helper(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """Every assignment reaching `expr` at `at` binds what a project unwrap helper returns
+    (`self.gen = self.bare_gen()`, the helper a method of a base class in another file): a
+    function that returns `m.module` where it tests `m` is a wrapper and `m` itself otherwise
+    (`if isinstance(m, DataParallel): return m.module` / `return m`, or one conditional
+    expression). Its result is the bare model on every path."""
+    key = model.binding_key(expr, at)
+    if key is None:
+        return False
+    reaching = model.flow.reaching(key, at)
+    if not reaching:
+        return False
+    for binding, _ in reaching:
+        value = binding.value
+        if not isinstance(value, cst.Call):
+            return False
+        callee = model.flow.callee(value)
+        if callee is None or not isinstance(callee.node, cst.FunctionDef) or not _unwrap_helper(callee.model, callee.node):
+            return False
+    return True
+
+
+def _unwrap_helper(model: SemanticModel, function: cst.FunctionDef) -> bool:
+    returned = [r.value for r in own_returns(function)]
+    if len(returned) == 1 and isinstance(returned[0], cst.IfExp):
+        returned = [returned[0].body, returned[0].orelse]
+    texts = {_SPACE.sub("", model.code(e)) for e in returned if e is not None}
+    objects = {t[:-len(".module")] for t in texts if t.endswith(".module")}
+    if len(objects) != 1 or texts != {*objects, *(o + ".module" for o in objects)}:
+        return False
+    target = next(iter(objects))
+    source = _SPACE.sub("", model.code(function))
+    return any(_tested_object(match.group(0)) == target for match in _CHECK_IN_SOURCE.finditer(source))
+
+
+# A wrapper test of an object spelled anywhere in a function's source (spaces removed).
+_CHECK_IN_SOURCE = re.compile(r"(?:hasattr\([^()]+,['\"]module['\"]\)|isinstance\([^()]+,[^:]*?(?:DataParallel|DDP|DP)\b[^:]*?\))")
 
 
 def narrowed_to_wrapper(model: SemanticModel, name_expr: cst.BaseExpression, node: cst.CSTNode) -> Optional[bool]:
