@@ -35,6 +35,7 @@ from dplint.semantic import (
     SemanticModel,
     Wrapping,
     argument,
+    children_of,
     literal_value,
     method_call,
     own_returns,
@@ -287,7 +288,10 @@ def _wrappings_at(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNod
     """`model.flow.wrappings_at`, looking through batch-norm converters (and, with
     `contained`, models holding a wrapper: `contained_wrapper`)."""
     found = []
-    for value in model.flow.values_at(expr, at):
+    values = model.flow.values_at(expr, at)
+    if len(values) == 1 and not values[0].known and values[0].binding is None:
+        values = _attribute_set_unseen(model, expr, at) or values
+    for value in values:
         wrapping = None
         if value.known:
             wrapping = next((w for w in value.model.wrappings if w.call is value.expr), None) or _subclass_wrapping(value.model, value.expr)
@@ -300,6 +304,50 @@ def _wrappings_at(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNod
                 wrapping = _submodule_wrapping(value.model, value.expr) or _averaged_wrapping(value.model, value.expr, value.conditions)
         found.append((wrapping, value.conditions))
     return found
+
+
+_REGISTERING = frozenset({"add_module", "register_module"})
+
+
+def _attribute_set_unseen(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> list:
+    """What `self.gen` read in a method may hold when the flow model sees no assignment of it:
+    `self.add_module("gen", gen)` in the class's `__init__` (nn.Module registers the object
+    under that name, so `self.gen` is it), or `self.gen = ...` in the `__init__` of a subclass
+    of the same file (a base class method saving what each subclass builds). Values are those
+    of the registered or assigned expression there."""
+    if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
+        return []
+    scope = model.scope(at)
+    class_scope = scope.class_scope if scope is not None else None
+    if class_scope is None or scope.self_name != expr.value.value or not isinstance(class_scope.node, cst.ClassDef):
+        return []
+    owner, name = class_scope.node, expr.attr.value
+    subclasses = [c for c in model.classes.values()
+                  if c is not owner and any(base is owner for _, base in model.flow.project_bases(c))]
+    values: list = []
+    for class_node in (owner, *subclasses):
+        constructor = class_method(class_node, "__init__")
+        if constructor is None or not constructor.params.params:
+            continue
+        own = constructor.params.params[0].name.value
+        for node in _descendants(constructor):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _REGISTERING \
+                    and isinstance(node.func.value, cst.Name) and node.func.value.value == own and len(node.args) >= 2 \
+                    and literal_value(node.args[0].value) == name:
+                values.extend(model.flow.values_at(node.args[1].value, node))
+            elif class_node is not owner and isinstance(node, cst.Assign) and any(
+                    isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+                    and t.target.value.value == own and t.target.attr.value == name for t in node.targets):
+                values.extend(model.flow.values_at(node.value, node))
+    return values
+
+
+def _descendants(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(children_of(current)))
 
 
 # ------------------------------------------------------------ models holding a wrapper
@@ -1066,7 +1114,9 @@ def _may_be_wrapper(model: SemanticModel, expr: cst.BaseExpression) -> bool:
     text = model.code(expr)
     return text in {w.wrapper_key for w in model.wrappings} or any(text == owner.value for owner, _, _ in _submodule_wraps(model)) \
         or _bound_to_averaged_model(model, expr) or _bound_to_local_function_call(model, expr) \
-        or _left_by_a_base_class(model, expr)
+        or _left_by_a_base_class(model, expr) \
+        or any(value.known and any(w.call is value.expr for w in model.wrappings)
+               for value in _attribute_set_unseen(model, expr, expr))
 
 
 _STATE_DICT_SPELLED: "weakref.WeakKeyDictionary[SemanticModel, bool]" = weakref.WeakKeyDictionary()

@@ -18,7 +18,7 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 
 from dplint.flow import catches_attribute_error, self_consistent
-from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value
+from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value, own_returns
 
 # Public attributes of `nn.Module()` in torch 2.13.
 MODULE_ATTRIBUTES = frozenset({
@@ -154,11 +154,31 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
         if not value.known and value.binding is not None and value.binding.value is not None and any(
                 w.call is value.binding.value for w in value.model.wrappings):
             continue  # a wrapper's own binding whose value the question ran out of steps for: not bare
+        if value.known and isinstance(value.expr, cst.Call) and _library_object_of(value.model, value.expr):
+            continue  # `GraphParallel(net)` of an installed package: may keep the model at `.module`
         if id(value.expr) in inner_exprs or (value.binding is not None and id(value.binding) in inner_bindings):
             count += 1
         elif value.known and isinstance(value.expr, cst.Call) and _builds_project_class(value.model, value.expr):
             count += 1
     return count
+
+
+def _library_object_of(model: SemanticModel, call: cst.Call) -> bool:
+    """`Holder(net, ...)`: an instance of a class from an installed package (not torch, not
+    the project) that is handed an object positionally. What it is stays unknown: a package's
+    own parallel wrapper or an EMA copy keeps the model at `.module` like torch's wrappers do.
+    Builders that take no object (`resnet50(weights=None)`, `create_model("vit")`), functions
+    (`build_model(cfg)`) and the project's own classes stay known."""
+    dotted = dotted_name(call.func)
+    if not dotted or not dotted.rpartition(".")[2][:1].isupper():
+        return False
+    head = dotted.partition(".")[0]
+    if head not in model.imports or model.imports[head].split(".")[0] == "torch":
+        return False
+    if not any(arg.keyword is None and not arg.star and isinstance(arg.value, (cst.Name, cst.Attribute))
+               for arg in call.args):
+        return False
+    return model.flow.callee(call) is None
 
 
 def _builds_project_class(model: SemanticModel, call: cst.Call) -> bool:
@@ -260,6 +280,45 @@ def _conjuncts(model: SemanticModel, test: cst.BaseExpression, holds: bool) -> l
 
 def _is_within(child: cst.CSTNode, part: cst.CSTNode) -> bool:
     return child is part
+
+
+def unwrapped_by_a_helper(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """Every assignment reaching `expr` at `at` binds what a project unwrap helper returns
+    (`self.gen = self.bare_gen()`, the helper a method of a base class in another file): a
+    function that returns `m.module` where it tests `m` is a wrapper and `m` itself otherwise
+    (`if isinstance(m, DataParallel): return m.module` / `return m`, or one conditional
+    expression). Its result is the bare model on every path."""
+    key = model.binding_key(expr, at)
+    if key is None:
+        return False
+    reaching = model.flow.reaching(key, at)
+    if not reaching:
+        return False
+    for binding, _ in reaching:
+        value = binding.value
+        if not isinstance(value, cst.Call):
+            return False
+        callee = model.flow.callee(value)
+        if callee is None or not isinstance(callee.node, cst.FunctionDef) or not _unwrap_helper(callee.model, callee.node):
+            return False
+    return True
+
+
+def _unwrap_helper(model: SemanticModel, function: cst.FunctionDef) -> bool:
+    returned = [r.value for r in own_returns(function)]
+    if len(returned) == 1 and isinstance(returned[0], cst.IfExp):
+        returned = [returned[0].body, returned[0].orelse]
+    texts = {_SPACE.sub("", model.code(e)) for e in returned if e is not None}
+    objects = {t[:-len(".module")] for t in texts if t.endswith(".module")}
+    if len(objects) != 1 or texts != {*objects, *(o + ".module" for o in objects)}:
+        return False
+    target = next(iter(objects))
+    source = _SPACE.sub("", model.code(function))
+    return any(_tested_object(match.group(0)) == target for match in _CHECK_IN_SOURCE.finditer(source))
+
+
+# A wrapper test of an object spelled anywhere in a function's source (spaces removed).
+_CHECK_IN_SOURCE = re.compile(r"(?:hasattr\([^()]+,['\"]module['\"]\)|isinstance\([^()]+,[^:]*?(?:DataParallel|DDP|DP)\b[^:]*?\))")
 
 
 def narrowed_to_wrapper(model: SemanticModel, name_expr: cst.BaseExpression, node: cst.CSTNode) -> Optional[bool]:

@@ -15,6 +15,7 @@ from dplint.wrappers import (
     is_store,
     narrowed_to_wrapper,
     tied_to_a_wrapper_having,
+    unwrapped_by_a_helper,
     wrapper_has,
     wrapper_paths,
     wrapping_model,
@@ -52,7 +53,10 @@ class AttributeThroughWrapper(Rule):
     the wrapper lacking it was made under another (`if n_gpu > 1: DataParallel` /
     `elif local_rank != -1: DDP`, then `if step_skips and local_rank != -1: model.no_sync()`:
     the parts of a compound test are judged one by one), and under a test of the object itself (`if hasattr(m, "features")`,
-    `isinstance(m, DDP)` in its `else`).
+    `isinstance(m, DDP)` in its `else`), and on what a project unwrap helper returned
+    (`self.net = self.bare_net()` with `bare_net` a method, of this file or a base class's
+    file, returning `m.module` where it tests `isinstance(m, DataParallel)` or
+    `hasattr(m, "module")`, `m` otherwise).
 
     ## Why is this bad?
     A wrapper is an `nn.Module` whose only sub-module is `module`; `nn.Module.__getattr__`
@@ -162,6 +166,8 @@ class AttributeThroughWrapper(Rule):
                 continue
             if tied_to_a_wrapper_having(model, base, node, attribute):
                 continue  # `if local_rank != -1: model.no_sync()`, the test that made the DDP
+            if unwrapped_by_a_helper(model, base, node):
+                continue  # `g = self.bare_gen()`: a helper that returns `.module` of a wrapper, else the object
             kind = WRAPPER_CLASS_NAMES[wrappings[0].kind]
             line = model.position(wrappings[0].call)[0].line if wrappings[0].scope is not None and owns(model, wrappings[0].call) else None
             where = "" if bare == 0 else f" on the path where it is wrapped{f' (line {line})' if line else ''}"
