@@ -48,9 +48,9 @@ class HandRolledStrip(Rule):
     - `k.split("module.", 1)[1]`, `k.split("module.")[-1]`, `k.partition("module.")[2]`
       without a guard (warning);
     - dropping the first dotted component (`".".join(k.split(".")[1:])`, `k.split(".", 1)[1]`,
-      `k.partition(".")[2]`) after a test of only one key (`start = 1 if
-      next(iter(sd)).startswith("module") else 0`, or an `if list(sd)[0].startswith("module."):`
-      around the loop) (warning).
+      `k.partition(".")[2]`) after a loose test of only one key (`start = 1 if
+      next(iter(sd)).startswith("module") else 0`, or an `if list(sd)[0].startswith("module"):`
+      around the loop, without the dot) (warning).
 
     A strip under a per-key `k.startswith("module")` guard is correct (it removes exactly the
     prefix, only where it is present) and is not flagged; `k[:7] == "module."` (also through a
