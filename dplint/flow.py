@@ -312,6 +312,7 @@ class Flow:
         self._derived_now: Optional[tuple] = None  # (model, ClassDef) whose instance a walk follows
         self._summaries_running: set = set()
         self._subclass_calls: dict = {}  # base class __init__ -> its subclasses' super().__init__ calls
+        self._plain_aliases: dict[int, dict] = {}  # id(function) -> spelling -> other spellings
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -1052,6 +1053,8 @@ class Flow:
         what it holds, so the test `cuda_count > 1` held. Empty when no literal is ruled out."""
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, holds = test.expression, not holds
+        if isinstance(test, cst.Call):
+            return self._alias_checks(test, holds)
         if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
             return ()
         left, right = test.left, test.comparisons[0].comparator
@@ -1072,6 +1075,61 @@ class Flow:
         if not kept or len(kept) == len(entries):
             return ()
         return tuple(c for c in kept[0] if all(c in path for path in kept[1:]))
+
+    def _alias_checks(self, test: cst.Call, holds: bool) -> Path:
+        """The same wrapper check spelled on the other names of the tested object: `model =
+        self.model` ... `model.module if hasattr(self.model, "module") else model` tests `model`
+        too, when the function binds `model` once, to `self.model`, and never rebinds
+        `self.model` (nor a plain name aliased so): both spellings hold one value throughout."""
+        if not (isinstance(test.func, cst.Name) and test.func.value in ("hasattr", "isinstance") and test.args
+                and test.args[0].keyword is None and not test.args[0].star):
+            return ()
+        scope = self.model.scope(test)
+        if scope.kind != "function":
+            return ()
+        aliases = self._aliases_in(scope)
+        if not aliases:
+            return ()
+        subject = _SPACE.sub("", self.model.code(test.args[0].value))
+        text, head = _SPACE.sub("", self.model.code(test)), test.func.value + "("
+        if subject not in aliases or not text.startswith(head + subject):
+            return ()
+        rest = text[len(head) + len(subject):]
+        return tuple(Condition(head + other + rest, holds, 0) for other in aliases[subject])
+
+    def _aliases_in(self, scope: "Scope") -> dict:
+        """spelling -> the other spellings of its value in this function: a local bound once by
+        a plain `alias = name` / `alias = self.attr` whose source the function never rebinds."""
+        found = self._plain_aliases.get(id(scope.node))
+        if found is not None:
+            return found
+        found = {}
+        for name in scope.local_names:
+            bindings = [b for b in self.model.bindings.get(name, ()) if b.scope is scope]
+            if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Assign):
+                continue
+            node, value = bindings[0].node, bindings[0].value
+            if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name) \
+                    or not self._never_rebound(scope, value):
+                continue
+            source = _SPACE.sub("", self.model.code(value))
+            found.setdefault(source, []).append(name)
+            found.setdefault(name, []).append(source)
+        self._plain_aliases[id(scope.node)] = found
+        return found
+
+    def _never_rebound(self, scope: "Scope", value: Optional[cst.BaseExpression]) -> bool:
+        """Whether `value`, a plain name or an attribute of the method's instance, keeps one
+        value through the function: a name bound at most once in it, `self.x` never assigned in it."""
+        if isinstance(value, cst.Name):
+            if value.value not in scope.local_names:
+                return value.value != scope.self_name and value.value in self.model.bindings
+            return len([b for b in self.model.bindings.get(value.value, ()) if b.scope is scope]) <= 1
+        if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) \
+                and scope.self_name is not None and value.value.value == scope.self_name:
+            key = scope.self_name + "." + value.attr.value
+            return not any(_inside(self.model, b.node, scope.node) for b in self.model.bindings.get(key, ()))
+        return False
 
     def boolean_alias(self, name: cst.Name) -> Optional[tuple[cst.BaseExpression, bool]]:
         """(test, negated) when `name` is a local of a function bound once, by a plain
