@@ -312,7 +312,8 @@ class Flow:
         self._derived_now: Optional[tuple] = None  # (model, ClassDef) whose instance a walk follows
         self._summaries_running: set = set()
         self._subclass_calls: dict = {}  # base class __init__ -> its subclasses' super().__init__ calls
-        self._plain_aliases: dict[int, dict] = {}  # id(function) -> spelling -> other spellings
+        self._plain_aliases: dict[int, dict] = {}
+        self._copies: Optional[dict] = None  # `self.n_gpus = args.n_gpus` copies (_instance_copies)  # id(function) -> spelling -> other spellings
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -946,6 +947,9 @@ class Flow:
         root = test.left
         if isinstance(root, cst.Call) and isinstance(root.func, cst.Name) and root.func.value == "len" and len(root.args) == 1:
             root = root.args[0].value
+        copied = self._as_instance_copy(root, text)
+        if copied is not None:
+            return copied
         while isinstance(root, (cst.Attribute, cst.Subscript)):
             root = root.value
         if not isinstance(root, cst.Name) or not text.startswith((root.value, "len(" + root.value)):
@@ -958,6 +962,38 @@ class Flow:
             return text
         start = 4 if text.startswith("len(") else 0
         return text[:start] + "self." + stored_as[1] + text[start + len(root.value):]
+
+    def _as_instance_copy(self, subject: cst.BaseExpression, text: str) -> Optional[str]:
+        """A comparison on an option the method copies onto the instance, spelled as the copy
+        (`self.n_gpus = args.n_gpus` ... `args.n_gpus > 1` is the test `self.n_gpus > 1` of every
+        method of the class), when the class binds that attribute only there; None otherwise."""
+        method = next((a for a in self.model.ancestors(subject) if isinstance(a, cst.FunctionDef)), None)
+        if method is None:
+            return None
+        copies = self._instance_copies()
+        while isinstance(subject, (cst.Attribute, cst.Subscript)):
+            if isinstance(subject, cst.Attribute):
+                source = _SPACE.sub("", self.model.code(subject))
+                attribute = copies.get((method, source))
+                for start in (0, 4):  # `args.n_gpus > 1`, `len(args.gpu_ids) > 1`
+                    if attribute is not None and text[start:].startswith(source) and (start == 0 or text.startswith("len(")):
+                        return text[:start] + "self." + attribute + text[start + len(source):]
+            subject = subject.value
+        return None
+
+    def _instance_copies(self) -> dict:
+        """(method, `args.n_gpus`) -> `n_gpus` for each `self.n_gpus = args.n_gpus`: an
+        attribute of the instance bound once in the file, to an attribute of a name."""
+        if self._copies is None:
+            self._copies = {}
+            for key, bindings in self.model.bindings.items():
+                if not key.startswith("self.") or len(bindings) != 1:
+                    continue
+                value = bindings[0].value
+                if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value != "self":
+                    method = next((a for a in self.model.ancestors(bindings[0].node) if isinstance(a, cst.FunctionDef)), None)
+                    self._copies[(method, _SPACE.sub("", self.model.code(value)))] = key[5:]
+        return self._copies
 
     def handler_conditions(self, statement: cst.CSTNode, handler: cst.ExceptHandler) -> Path:
         """What holds where an `except` that catches AttributeError (bare, `Exception`,
