@@ -185,9 +185,18 @@ def self_consistent(path: Sequence[Condition]) -> bool:
             return False
     for condition in path:
         other = condition.if_fails if condition.holds else condition.if_holds
-        if other and all(seen.get((c.test, c.scope)) == c.holds for c in other):
+        if other and all(_known(seen, c, 3) for c in other):
             return False
     return True
+
+
+def _known(seen: dict, condition: Condition, depth: int) -> bool:
+    """Whether the path has the condition: itself, or all its parts (`a and b` holding where
+    `a` and `b` hold; a flag set under `a` and `b` holding where they do, `_with_flag_origin`)."""
+    if seen.get((condition.test, condition.scope)) == condition.holds:
+        return True
+    parts = condition.if_holds if condition.holds else condition.if_fails
+    return bool(parts) and depth > 0 and all(_known(seen, c, depth - 1) for c in parts)
 
 
 def with_implied(path: Sequence[Condition]) -> tuple:
@@ -313,6 +322,7 @@ class Flow:
         self._summaries_running: set = set()
         self._subclass_calls: dict = {}  # base class __init__ -> its subclasses' super().__init__ calls
         self._plain_aliases: dict[int, dict] = {}
+        self._flag_walks: set = set()  # flag tests whose assignments are being looked up
         self._copies: Optional[dict] = None  # `self.n_gpus = args.n_gpus` copies (_instance_copies)  # id(function) -> spelling -> other spellings
 
     # ------------------------------------------------------------- reaching definitions
@@ -869,7 +879,7 @@ class Flow:
     def condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
         key = (id(test), holds)
         if key not in self._conditions:
-            found = self._with_parts(self._condition(test, holds), test, holds)
+            found = self._with_flag_origin(self._with_parts(self._condition(test, holds), test, holds), test)
             self._conditions[key] = (test, found)  # keeps `test` alive: ids stay unique
         return self._conditions[key][1]
 
@@ -887,6 +897,35 @@ class Flow:
         this, other = (parts, ()) if holds == both else ((), parts)
         if_holds, if_fails = (this, other) if condition.holds else (other, this)
         return Condition(condition.test, condition.holds, condition.scope, if_holds, if_fails)
+
+    def _with_flag_origin(self, condition: Condition, test: cst.BaseExpression) -> Condition:
+        """A flag set False and then True under some tests (`multi = False` ... `if use_cuda:
+        if torch.cuda.device_count() > 1: multi = True`) holds exactly where those tests held:
+        the condition `multi` gets them as its parts, like the test `use_cuda and
+        torch.cuda.device_count() > 1` (where it fails, they cannot all have held). Only a
+        local bound those two times and nowhere else; unchanged otherwise."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test = test.expression
+        if not isinstance(test, cst.Name) or condition.test != test.value or condition.if_holds or condition.if_fails:
+            return condition
+        bindings = self.model.bindings.get(test.value, ())
+        if len(bindings) != 2 or test in self._flag_walks:
+            return condition
+        unset, set_ = sorted(bindings, key=lambda b: b.order)
+        if unset.scope is not set_.scope or not all(isinstance(b.node, cst.Assign) and len(b.node.targets) == 1
+                                                     and isinstance(b.value, cst.Name) for b in bindings) \
+                or (_static(self.model, unset.value), _static(self.model, set_.value)) != (False, True):
+            return condition
+        self._flag_walks.add(test)
+        try:
+            if not any(binding is set_ for binding, _ in self.reaching(test.value, test)):
+                return condition
+            before, parts = self.branch_conditions(unset.node), self.branch_conditions(set_.node)
+        finally:
+            self._flag_walks.discard(test)
+        if len(parts) <= len(before) or parts[:len(before)] != before:
+            return condition
+        return Condition(condition.test, condition.holds, condition.scope, parts[len(before):], ())
 
     def _condition(self, test: cst.BaseExpression, holds: bool = True, aliases: int = 3) -> Condition:
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -1197,6 +1236,9 @@ class Flow:
             return value, negated
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("isinstance", "hasattr"):
             return value, negated
+        if isinstance(value, cst.Call) and not value.args \
+                and (self.model.qualified_name(value.func) or "") in _STATE_QUERIES:
+            return value, negated  # `use_cuda = torch.cuda.is_available()`: the query itself
         if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not):
             return value, negated
         return None
@@ -2104,6 +2146,8 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
         return None
 
 
+# Argument-free queries of torch's state, the same answer wherever asked in one run.
+_STATE_QUERIES = {"torch.cuda.is_available", "torch.distributed.is_available", "torch.distributed.is_initialized"}
 _NEGATED_COMPARISONS = {"<=": ">", ">=": "<", "!=": "==", "isnot": "is", "notin": "in"}
 _INTEGER_TESTS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, ">": lambda a, b: a > b,
