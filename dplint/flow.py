@@ -322,6 +322,7 @@ class Flow:
         self._summaries_running: set = set()
         self._subclass_calls: dict = {}  # base class __init__ -> its subclasses' super().__init__ calls
         self._plain_aliases: dict[int, dict] = {}
+        self._assigned: dict[int, set] = {}  # id(function) -> attributes it assigns
         self._flag_walks: set = set()  # flag tests whose assignments are being looked up
         self._copies: Optional[dict] = None  # `self.n_gpus = args.n_gpus` copies (_instance_copies)  # id(function) -> spelling -> other spellings
 
@@ -989,6 +990,14 @@ class Flow:
         copied = self._as_instance_copy(root, text)
         if copied is not None:
             return copied
+        if isinstance(root, cst.Name) and text.startswith((root.value, "len(" + root.value)):
+            # `n_gpu = args.n_gpu` ... `n_gpu > 1` is the test `args.n_gpu > 1`, as its callers spell it
+            scope = self.model.scope(test)
+            source = next((other for other in self._aliases_in(scope).get(root.value, ())
+                           if "." in other), None) if scope.kind == "function" else None
+            if source is not None:
+                start = 4 if text.startswith("len(") else 0
+                return text[:start] + source + text[start + len(root.value):]
         while isinstance(root, (cst.Attribute, cst.Subscript)):
             root = root.value
         if not isinstance(root, cst.Name) or not text.startswith((root.value, "len(" + root.value)):
@@ -1184,8 +1193,8 @@ class Flow:
             if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Assign):
                 continue
             node, value = bindings[0].node, bindings[0].value
-            if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name) \
-                    or not self._never_rebound(scope, value):
+            if len(node.targets) != 1 or not isinstance(node.targets[0].target, (cst.Name, cst.Tuple)) \
+                    or not self._never_rebound(scope, value):  # `model, config = self.model, self.config` too
                 continue
             source = _SPACE.sub("", self.model.code(value))
             found.setdefault(source, []).append(name)
@@ -1204,7 +1213,38 @@ class Flow:
                 and scope.self_name is not None and value.value.value == scope.self_name:
             key = scope.self_name + "." + value.attr.value
             return not any(_inside(self.model, b.node, scope.node) for b in self.model.bindings.get(key, ()))
+        if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value != scope.self_name:
+            # `n_gpu = args.n_gpu`: `args` bound once (a parameter), `args.n_gpu` never assigned here
+            return self._never_rebound(scope, value.value) and \
+                _SPACE.sub("", self.model.code(value)) not in self._assigned_attributes(scope.node)
         return False
+
+    def _assigned_attributes(self, function: cst.CSTNode) -> set:
+        """The attributes a function assigns (`args.n_gpu = 1`, `opt.x += 1`), as text without spaces."""
+        from dplint.semantic import children_of
+
+        found = self._assigned.get(id(function))
+        if found is not None:
+            return found
+        found, stack = set(), list(children_of(function))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            targets = []
+            if isinstance(node, cst.Assign):
+                targets = [t.target for t in node.targets]
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                targets = [node.target]
+            while targets:
+                target = targets.pop()
+                if isinstance(target, (cst.Tuple, cst.List)):
+                    targets.extend(e.value for e in target.elements)
+                elif isinstance(target, cst.Attribute):
+                    found.add(_SPACE.sub("", self.model.code(target)))
+            stack.extend(children_of(node))
+        self._assigned[id(function)] = found
+        return found
 
     def boolean_alias(self, name: cst.Name) -> Optional[tuple[cst.BaseExpression, bool]]:
         """(test, negated) when `name` is a local of a function bound once, by a plain
