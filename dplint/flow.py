@@ -190,6 +190,16 @@ def self_consistent(path: Sequence[Condition]) -> bool:
     return True
 
 
+def _ends_in_exit(body: cst.BaseSuite) -> bool:
+    """Whether a block's last statement is a `return` or a `raise`."""
+    last = body.body[-1] if isinstance(body, cst.IndentedBlock) and body.body else None
+    if isinstance(body, cst.SimpleStatementSuite):
+        last = body
+    if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and last.body:
+        return isinstance(last.body[-1], (cst.Return, cst.Raise))
+    return False
+
+
 def _known(seen: dict, condition: Condition, depth: int) -> bool:
     """Whether the path has the condition: itself, or all its parts (`a and b` holding where
     `a` and `b` hold; a flag set under `a` and `b` holding where they do, `_with_flag_origin`)."""
@@ -1648,8 +1658,27 @@ class Flow:
         inner_context = ((function, call, caller or self.model, callee.bound), *context) if call is not None else context
         values: list[Value] = []
         for statement in returns:
-            values.extend(self.values_at(statement.value, statement, (), inner_context, depth))
+            values.extend(self.values_at(statement.value, statement, self._passed_early_exits(statement), inner_context, depth))
         return values
+
+    def _passed_early_exits(self, statement: cst.CSTNode) -> Path:
+        """The tests that failed for `statement` to run after an earlier `if <test>: return ...`
+        (no `else`) of its function: `if self.kind == "light": return Light()` ... `return
+        DataParallel(heavy)` returns the wrapper only where `self.kind == "light"` failed."""
+        found = []
+        child = statement
+        for ancestor in self.model.ancestors(statement):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                break
+            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+                for earlier in ancestor.body:
+                    if earlier is child:
+                        break
+                    if isinstance(earlier, cst.If) and earlier.orelse is None and _ends_in_exit(earlier.body) \
+                            and _static(self.model, earlier.test) is None:
+                        found.append(self.condition(earlier.test).negated())
+            child = ancestor
+        return tuple(found)
 
     def _parameter_values(self, binding: "Binding", path: Path, context: tuple, depth: int) -> list[Value]:
         param = binding.node
