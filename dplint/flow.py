@@ -185,9 +185,28 @@ def self_consistent(path: Sequence[Condition]) -> bool:
             return False
     for condition in path:
         other = condition.if_fails if condition.holds else condition.if_holds
-        if other and all(seen.get((c.test, c.scope)) == c.holds for c in other):
+        if other and all(_known(seen, c, 3) for c in other):
             return False
     return True
+
+
+def _ends_in_exit(body: cst.BaseSuite) -> bool:
+    """Whether a block's last statement is a `return` or a `raise`."""
+    last = body.body[-1] if isinstance(body, cst.IndentedBlock) and body.body else None
+    if isinstance(body, cst.SimpleStatementSuite):
+        last = body
+    if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and last.body:
+        return isinstance(last.body[-1], (cst.Return, cst.Raise))
+    return False
+
+
+def _known(seen: dict, condition: Condition, depth: int) -> bool:
+    """Whether the path has the condition: itself, or all its parts (`a and b` holding where
+    `a` and `b` hold; a flag set under `a` and `b` holding where they do, `_with_flag_origin`)."""
+    if seen.get((condition.test, condition.scope)) == condition.holds:
+        return True
+    parts = condition.if_holds if condition.holds else condition.if_fails
+    return bool(parts) and depth > 0 and all(_known(seen, c, depth - 1) for c in parts)
 
 
 def with_implied(path: Sequence[Condition]) -> tuple:
@@ -312,6 +331,10 @@ class Flow:
         self._derived_now: Optional[tuple] = None  # (model, ClassDef) whose instance a walk follows
         self._summaries_running: set = set()
         self._subclass_calls: dict = {}  # base class __init__ -> its subclasses' super().__init__ calls
+        self._plain_aliases: dict[int, dict] = {}
+        self._assigned: dict[int, set] = {}  # id(function) -> attributes it assigns
+        self._flag_walks: set = set()  # flag tests whose assignments are being looked up
+        self._copies: Optional[dict] = None  # `self.n_gpus = args.n_gpus` copies (_instance_copies)  # id(function) -> spelling -> other spellings
 
     # ------------------------------------------------------------- reaching definitions
     def reaching(self, key: str, at: cst.CSTNode) -> list[tuple["Binding", Path]]:
@@ -867,7 +890,7 @@ class Flow:
     def condition(self, test: cst.BaseExpression, holds: bool = True) -> Condition:
         key = (id(test), holds)
         if key not in self._conditions:
-            found = self._with_parts(self._condition(test, holds), test, holds)
+            found = self._with_flag_origin(self._with_parts(self._condition(test, holds), test, holds), test)
             self._conditions[key] = (test, found)  # keeps `test` alive: ids stay unique
         return self._conditions[key][1]
 
@@ -885,6 +908,35 @@ class Flow:
         this, other = (parts, ()) if holds == both else ((), parts)
         if_holds, if_fails = (this, other) if condition.holds else (other, this)
         return Condition(condition.test, condition.holds, condition.scope, if_holds, if_fails)
+
+    def _with_flag_origin(self, condition: Condition, test: cst.BaseExpression) -> Condition:
+        """A flag set False and then True under some tests (`multi = False` ... `if use_cuda:
+        if torch.cuda.device_count() > 1: multi = True`) holds exactly where those tests held:
+        the condition `multi` gets them as its parts, like the test `use_cuda and
+        torch.cuda.device_count() > 1` (where it fails, they cannot all have held). Only a
+        local bound those two times and nowhere else; unchanged otherwise."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test = test.expression
+        if not isinstance(test, cst.Name) or condition.test != test.value or condition.if_holds or condition.if_fails:
+            return condition
+        bindings = self.model.bindings.get(test.value, ())
+        if len(bindings) != 2 or test in self._flag_walks:
+            return condition
+        unset, set_ = sorted(bindings, key=lambda b: b.order)
+        if unset.scope is not set_.scope or not all(isinstance(b.node, cst.Assign) and len(b.node.targets) == 1
+                                                     and isinstance(b.value, cst.Name) for b in bindings) \
+                or (_static(self.model, unset.value), _static(self.model, set_.value)) != (False, True):
+            return condition
+        self._flag_walks.add(test)
+        try:
+            if not any(binding is set_ for binding, _ in self.reaching(test.value, test)):
+                return condition
+            before, parts = self.branch_conditions(unset.node), self.branch_conditions(set_.node)
+        finally:
+            self._flag_walks.discard(test)
+        if len(parts) <= len(before) or parts[:len(before)] != before:
+            return condition
+        return Condition(condition.test, condition.holds, condition.scope, parts[len(before):], ())
 
     def _condition(self, test: cst.BaseExpression, holds: bool = True, aliases: int = 3) -> Condition:
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -945,6 +997,17 @@ class Flow:
         root = test.left
         if isinstance(root, cst.Call) and isinstance(root.func, cst.Name) and root.func.value == "len" and len(root.args) == 1:
             root = root.args[0].value
+        copied = self._as_instance_copy(root, text)
+        if copied is not None:
+            return copied
+        if isinstance(root, cst.Name) and text.startswith((root.value, "len(" + root.value)):
+            # `n_gpu = args.n_gpu` ... `n_gpu > 1` is the test `args.n_gpu > 1`, as its callers spell it
+            scope = self.model.scope(test)
+            source = next((other for other in self._aliases_in(scope).get(root.value, ())
+                           if "." in other), None) if scope.kind == "function" else None
+            if source is not None:
+                start = 4 if text.startswith("len(") else 0
+                return text[:start] + source + text[start + len(root.value):]
         while isinstance(root, (cst.Attribute, cst.Subscript)):
             root = root.value
         if not isinstance(root, cst.Name) or not text.startswith((root.value, "len(" + root.value)):
@@ -957,6 +1020,38 @@ class Flow:
             return text
         start = 4 if text.startswith("len(") else 0
         return text[:start] + "self." + stored_as[1] + text[start + len(root.value):]
+
+    def _as_instance_copy(self, subject: cst.BaseExpression, text: str) -> Optional[str]:
+        """A comparison on an option the method copies onto the instance, spelled as the copy
+        (`self.n_gpus = args.n_gpus` ... `args.n_gpus > 1` is the test `self.n_gpus > 1` of every
+        method of the class), when the class binds that attribute only there; None otherwise."""
+        method = next((a for a in self.model.ancestors(subject) if isinstance(a, cst.FunctionDef)), None)
+        if method is None:
+            return None
+        copies = self._instance_copies()
+        while isinstance(subject, (cst.Attribute, cst.Subscript)):
+            if isinstance(subject, cst.Attribute):
+                source = _SPACE.sub("", self.model.code(subject))
+                attribute = copies.get((method, source))
+                for start in (0, 4):  # `args.n_gpus > 1`, `len(args.gpu_ids) > 1`
+                    if attribute is not None and text[start:].startswith(source) and (start == 0 or text.startswith("len(")):
+                        return text[:start] + "self." + attribute + text[start + len(source):]
+            subject = subject.value
+        return None
+
+    def _instance_copies(self) -> dict:
+        """(method, `args.n_gpus`) -> `n_gpus` for each `self.n_gpus = args.n_gpus`: an
+        attribute of the instance bound once in the file, to an attribute of a name."""
+        if self._copies is None:
+            self._copies = {}
+            for key, bindings in self.model.bindings.items():
+                if not key.startswith("self.") or len(bindings) != 1:
+                    continue
+                value = bindings[0].value
+                if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value != "self":
+                    method = next((a for a in self.model.ancestors(bindings[0].node) if isinstance(a, cst.FunctionDef)), None)
+                    self._copies[(method, _SPACE.sub("", self.model.code(value)))] = key[5:]
+        return self._copies
 
     def handler_conditions(self, statement: cst.CSTNode, handler: cst.ExceptHandler) -> Path:
         """What holds where an `except` that catches AttributeError (bare, `Exception`,
@@ -1052,6 +1147,8 @@ class Flow:
         what it holds, so the test `cuda_count > 1` held. Empty when no literal is ruled out."""
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, holds = test.expression, not holds
+        if isinstance(test, cst.Call):
+            return self._alias_checks(test, holds)
         if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
             return ()
         left, right = test.left, test.comparisons[0].comparator
@@ -1072,6 +1169,92 @@ class Flow:
         if not kept or len(kept) == len(entries):
             return ()
         return tuple(c for c in kept[0] if all(c in path for path in kept[1:]))
+
+    def _alias_checks(self, test: cst.Call, holds: bool) -> Path:
+        """The same wrapper check spelled on the other names of the tested object: `model =
+        self.model` ... `model.module if hasattr(self.model, "module") else model` tests `model`
+        too, when the function binds `model` once, to `self.model`, and never rebinds
+        `self.model` (nor a plain name aliased so): both spellings hold one value throughout."""
+        if not (isinstance(test.func, cst.Name) and test.func.value in ("hasattr", "isinstance") and test.args
+                and test.args[0].keyword is None and not test.args[0].star):
+            return ()
+        scope = self.model.scope(test)
+        if scope.kind != "function":
+            return ()
+        aliases = self._aliases_in(scope)
+        if not aliases:
+            return ()
+        subject = _SPACE.sub("", self.model.code(test.args[0].value))
+        text, head = _SPACE.sub("", self.model.code(test)), test.func.value + "("
+        if subject not in aliases or not text.startswith(head + subject):
+            return ()
+        rest = text[len(head) + len(subject):]
+        return tuple(Condition(head + other + rest, holds, 0) for other in aliases[subject])
+
+    def _aliases_in(self, scope: "Scope") -> dict:
+        """spelling -> the other spellings of its value in this function: a local bound once by
+        a plain `alias = name` / `alias = self.attr` whose source the function never rebinds."""
+        found = self._plain_aliases.get(id(scope.node))
+        if found is not None:
+            return found
+        found = {}
+        for name in scope.local_names:
+            bindings = [b for b in self.model.bindings.get(name, ()) if b.scope is scope]
+            if len(bindings) != 1 or not isinstance(bindings[0].node, cst.Assign):
+                continue
+            node, value = bindings[0].node, bindings[0].value
+            if len(node.targets) != 1 or not isinstance(node.targets[0].target, (cst.Name, cst.Tuple)) \
+                    or not self._never_rebound(scope, value):  # `model, config = self.model, self.config` too
+                continue
+            source = _SPACE.sub("", self.model.code(value))
+            found.setdefault(source, []).append(name)
+            found.setdefault(name, []).append(source)
+        self._plain_aliases[id(scope.node)] = found
+        return found
+
+    def _never_rebound(self, scope: "Scope", value: Optional[cst.BaseExpression]) -> bool:
+        """Whether `value`, a plain name or an attribute of the method's instance, keeps one
+        value through the function: a name bound at most once in it, `self.x` never assigned in it."""
+        if isinstance(value, cst.Name):
+            if value.value not in scope.local_names:
+                return value.value != scope.self_name and value.value in self.model.bindings
+            return len([b for b in self.model.bindings.get(value.value, ()) if b.scope is scope]) <= 1
+        if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) \
+                and scope.self_name is not None and value.value.value == scope.self_name:
+            key = scope.self_name + "." + value.attr.value
+            return not any(_inside(self.model, b.node, scope.node) for b in self.model.bindings.get(key, ()))
+        if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value != scope.self_name:
+            # `n_gpu = args.n_gpu`: `args` bound once (a parameter), `args.n_gpu` never assigned here
+            return self._never_rebound(scope, value.value) and \
+                _SPACE.sub("", self.model.code(value)) not in self._assigned_attributes(scope.node)
+        return False
+
+    def _assigned_attributes(self, function: cst.CSTNode) -> set:
+        """The attributes a function assigns (`args.n_gpu = 1`, `opt.x += 1`), as text without spaces."""
+        from dplint.semantic import children_of
+
+        found = self._assigned.get(id(function))
+        if found is not None:
+            return found
+        found, stack = set(), list(children_of(function))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            targets = []
+            if isinstance(node, cst.Assign):
+                targets = [t.target for t in node.targets]
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                targets = [node.target]
+            while targets:
+                target = targets.pop()
+                if isinstance(target, (cst.Tuple, cst.List)):
+                    targets.extend(e.value for e in target.elements)
+                elif isinstance(target, cst.Attribute):
+                    found.add(_SPACE.sub("", self.model.code(target)))
+            stack.extend(children_of(node))
+        self._assigned[id(function)] = found
+        return found
 
     def boolean_alias(self, name: cst.Name) -> Optional[tuple[cst.BaseExpression, bool]]:
         """(test, negated) when `name` is a local of a function bound once, by a plain
@@ -1103,6 +1286,9 @@ class Flow:
             return value, negated
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("isinstance", "hasattr"):
             return value, negated
+        if isinstance(value, cst.Call) and not value.args \
+                and (self.model.qualified_name(value.func) or "") in _STATE_QUERIES:
+            return value, negated  # `use_cuda = torch.cuda.is_available()`: the query itself
         if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not):
             return value, negated
         return None
@@ -1472,8 +1658,27 @@ class Flow:
         inner_context = ((function, call, caller or self.model, callee.bound), *context) if call is not None else context
         values: list[Value] = []
         for statement in returns:
-            values.extend(self.values_at(statement.value, statement, (), inner_context, depth))
+            values.extend(self.values_at(statement.value, statement, self._passed_early_exits(statement), inner_context, depth))
         return values
+
+    def _passed_early_exits(self, statement: cst.CSTNode) -> Path:
+        """The tests that failed for `statement` to run after an earlier `if <test>: return ...`
+        (no `else`) of its function: `if self.kind == "light": return Light()` ... `return
+        DataParallel(heavy)` returns the wrapper only where `self.kind == "light"` failed."""
+        found = []
+        child = statement
+        for ancestor in self.model.ancestors(statement):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                break
+            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+                for earlier in ancestor.body:
+                    if earlier is child:
+                        break
+                    if isinstance(earlier, cst.If) and earlier.orelse is None and _ends_in_exit(earlier.body) \
+                            and _static(self.model, earlier.test) is None:
+                        found.append(self.condition(earlier.test).negated())
+            child = ancestor
+        return tuple(found)
 
     def _parameter_values(self, binding: "Binding", path: Path, context: tuple, depth: int) -> list[Value]:
         param = binding.node
@@ -2010,6 +2215,8 @@ def _static(model: "SemanticModel", test: cst.BaseExpression, at=None) -> Option
         return None
 
 
+# Argument-free queries of torch's state, the same answer wherever asked in one run.
+_STATE_QUERIES = {"torch.cuda.is_available", "torch.distributed.is_available", "torch.distributed.is_initialized"}
 _NEGATED_COMPARISONS = {"<=": ">", ">=": "<", "!=": "==", "isnot": "is", "notin": "in"}
 _INTEGER_TESTS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b, ">": lambda a, b: a > b,
