@@ -334,6 +334,11 @@ def narrowed_to_wrapper(model: SemanticModel, name_expr: cst.BaseExpression, nod
             checks = _checks_wrapper(model, ancestor.test, target)
             if checks is not None:
                 return checks if child is ancestor.body else not checks
+        if isinstance(ancestor, cst.While) and child is ancestor.body:
+            # `while isinstance(m, DDP): m = m.module`: the body runs only while the check holds
+            checks = _checks_wrapper(model, ancestor.test, target)
+            if checks is not None:
+                return checks
         if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
             # `hasattr(m, "features") and m.features`: the right side runs only if the check held
             checks = _checks_wrapper(model, ancestor.left, target)

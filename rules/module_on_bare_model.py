@@ -33,7 +33,8 @@ class ModuleOnBareModel(Rule):
     `if torch.cuda.device_count() > 1: model = nn.DataParallel(model)` followed by an
     unconditional `model.module.state_dict()`. Paths are judged together: a `.module` read
     under the same test that wrapped (`if n_gpu > 1: ... model.module`), or under a test of
-    the object itself (`if hasattr(model, "module")`, `isinstance(model, DDP)`), is clean.
+    the object itself (`if hasattr(model, "module")`, `isinstance(model, DDP)`, also as a
+    loop's test: `while isinstance(m, DDP): m = m.module`), is clean.
     The model is followed through names, branches, `self.x`, same-file functions and imported
     project files; a method the instance calls on itself (`self.cuda()` in `__init__`) is
     followed into the method that runs on it, a subclass's override first, so a wrap there
