@@ -228,14 +228,34 @@ def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression], at: c
     every, live = paths
     wrappers = [wrapping for wrapping, _ in live if wrapping is not None]
     if not wrappers:
-        if textual is not None and not any(w is textual[0] for w, _ in every):
-            # The flow model does not see the wrapper the bindings lead to: trust the bindings.
+        if textual is not None and not any(w is textual[0] for w, _ in every) and _chain_reaches(model, textual[1], at):
+            # The flow model does not see the wrapper the bindings lead to: trust the bindings
+            # (when each of them reaches the next use: not a wrap on a sibling branch).
             return HeldWrapper(textual[0], textual[1], not is_conditional(model, textual[1], at))
         return None  # bare (or unknown) on every path that reaches `at`
     wrapping = textual[0] if textual is not None and any(w is textual[0] for w in wrappers) else wrappers[0]
     bindings = textual[1] if textual is not None else ()
     on_every = all(w is not None for w, _ in live) and not (textual is not None and is_conditional(model, bindings, at) and len(live) > 1)
     return HeldWrapper(wrapping, bindings, on_every)
+
+
+def _chain_reaches(model: SemanticModel, bindings, at: cst.CSTNode) -> bool:
+    """Whether each binding of the chain `wrapper_held` followed reaches the use it was
+    followed from (`bare = model` in an `else`, then `model = DP(model)` on the `if` branch
+    does not reach it). Unknown to the flow model: True."""
+    ordered = sorted(bindings, key=lambda binding: -binding.order)
+    use = at
+    for binding in ordered:
+        try:
+            if binding.scope is not model.scope(use):
+                return True  # another function's or class's binding: the flow model judged it
+            found = model.flow.reaching(binding.key, use)
+        except Exception:
+            return True
+        if found and not any(other is binding for other, _ in found):
+            return False
+        use = binding.value if binding.value is not None else binding.node
+    return True
 
 
 def _wrapper_paths(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, contained: bool = False):

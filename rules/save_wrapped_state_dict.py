@@ -35,7 +35,8 @@ class SaveWrappedStateDict(Rule):
     attribute set in another method (`self.model = DDP(...)` in `__init__`, saved in
     `save()`, or by a project base class's constructor and saved in a subclass), and the
     branch conditions around the save. On a branch where the model is bare
-    it stays silent: `if multi_gpu: model = DP(model)` ... `if multi_gpu: save(model.module
+    it stays silent (an alias bound on a branch that never wrapped, `else: plain = model`, is
+    the bare model): `if multi_gpu: model = DP(model)` ... `if multi_gpu: save(model.module
     .state_dict()) else: save(model.state_dict())`, `(model.module if multi_gpu else
     model).state_dict()`, and `m.module if isinstance(m, DP) else m` (or `hasattr(m,
     "module")`). Each arm of `m.module.state_dict() if <test> else m.state_dict()` is judged
