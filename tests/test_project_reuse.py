@@ -14,7 +14,18 @@ from dplint.engine import lint_source, rules_for
 from dplint.project import Project
 from dplint.registry import all_rules
 
+# Known order dependence (issue 11, open): the flow model's cross-file conditions (a base
+# class's `__init__` reached through subclasses' `super().__init__`, tests of torch's state
+# carried across files) compare nodes of the project's model of a file; when that file is
+# parsed a second time, the two models disagree. The reused parse (what the CLI does) gives
+# the expected findings; `strict` makes this test fail once the fresh parse agrees again.
+ORDER_DEPENDENT = {"module-on-bare-model/project_flag_through_subclass", "module-on-bare-model/project_gpu_ids_cuda_only"}
 PROJECTS = sorted(p for p in FIXTURES.glob("*/project_*") if (p / "expected.txt").exists())
+REUSE_PROJECTS = [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="a second parse disagrees with the project's model"))
+    if f"{p.parent.name}/{p.name}" in ORDER_DEPENDENT else p
+    for p in PROJECTS
+]
 RULES = rules_for(rule.code for rule in all_rules())
 
 
@@ -23,7 +34,7 @@ def lint(path: Path, project: Project):
     return sorted((f.filename, f.location.row, f.location.column, f.code, f.message) for f in result.findings), result
 
 
-@pytest.mark.parametrize("folder", PROJECTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("folder", REUSE_PROJECTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_reusing_the_parse_finds_what_a_new_parse_finds(folder: Path, monkeypatch):
     files = sorted(folder.rglob("*.py"))
     order = files + files[::-1]  # either order: importers first, then imported files first
