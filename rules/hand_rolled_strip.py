@@ -613,15 +613,19 @@ def _every_key_tested(model: SemanticModel, loop: KeyLoop) -> bool:
     with `and`), where `sd` is the mapping the loop walks. `any(...)` is not such a test: keys
     without the prefix may be there, and lose seven characters."""
     wanted = model.code(loop.source)
+    return any(_all_keys_have_prefix(model, test, wanted) for test in _tests_around(model, loop))
+
+
+def _tests_around(model: SemanticModel, loop: KeyLoop) -> Iterator[cst.BaseExpression]:
+    """The tests that hold wherever the loop runs: the `and` parts of each `if` (or conditional
+    expression) whose body holds it, up to the enclosing function."""
     child: cst.CSTNode = loop.owner
     for ancestor in model.ancestors(loop.owner):
         if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            return False
+            return
         if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
-            if any(_all_keys_have_prefix(model, test, wanted) for test in _conjuncts(model, ancestor.test)):
-                return True
+            yield from _conjuncts(model, ancestor.test)
         child = ancestor
-    return False
 
 
 def _conjuncts(model: SemanticModel, test: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -659,15 +663,7 @@ def _first_key_has_wrapper_prefix(model: SemanticModel, loop: KeyLoop) -> bool:
     prefix on every key and a bare model's on none, so one key decides. `startswith("module")`
     without the dot is not exact (`module_list.0.conv` of a bare Darknet also matches)."""
     wanted = model.code(loop.source)
-    child: cst.CSTNode = loop.owner
-    for ancestor in model.ancestors(loop.owner):
-        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            return False
-        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
-            if any(_tests_first_key(model, test, wanted) for test in _conjuncts(model, ancestor.test)):
-                return True
-        child = ancestor
-    return False
+    return any(_tests_first_key(model, test, wanted) for test in _tests_around(model, loop))
 
 
 def _tests_first_key(model: SemanticModel, test: cst.BaseExpression, mapping: str) -> bool:
