@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -127,6 +129,37 @@ class MissingSetDevice(Rule):
             "dist.init_process_group(backend='nccl')\n"
             "device = torch.device('cuda')\n"
             "model = Net().to(device)\n",
+        ),
+        # The local rank is read after init_process_group: set_device goes after that line.
+        Example(
+            "import os\n"
+            "import torch\n"
+            "import torch.distributed as dist\n"
+            "def main():\n"
+            "    dist.init_process_group('nccl')\n"
+            "    local_rank = int(os.environ['LOCAL_RANK'])\n"
+            "    model = Net().cuda()\n",
+            expected=(
+                "import os\n"
+                "import torch\n"
+                "import torch.distributed as dist\n"
+                "def main():\n"
+                "    dist.init_process_group('nccl')\n"
+                "    local_rank = int(os.environ['LOCAL_RANK'])\n"
+                "    torch.cuda.set_device(local_rank)\n"
+                "    model = Net().cuda()\n"
+            ),
+        ),
+        # ...but not where a placement comes before it: no fix.
+        Example(
+            "import os\n"
+            "import torch\n"
+            "import torch.distributed as dist\n"
+            "def main():\n"
+            "    dist.init_process_group('nccl')\n"
+            "    x = torch.zeros(1).cuda()\n"
+            "    local_rank = int(os.environ['LOCAL_RANK'])\n"
+            "    model = Net().cuda()\n",
         ),
     )
 
@@ -361,8 +394,45 @@ def _fix(model: SemanticModel, call: cst.Call) -> Optional[Fix]:
             break
     if local_rank is None:
         return None
+    anchor = _after_binding(model, statement, local_rank.split(".")[0])
+    if anchor is None:
+        return None
     return Fix(
         Applicability.UNSAFE,
         f"Insert `torch.cuda.set_device({local_rank})` after `init_process_group`",
-        (Edit(statement, f"torch.cuda.set_device({local_rank})", EditKind.INSERT_AFTER_STATEMENT),),
+        (Edit(anchor, f"torch.cuda.set_device({local_rank})", EditKind.INSERT_AFTER_STATEMENT),),
     )
+
+
+def _after_binding(model: SemanticModel, statement: cst.SimpleStatementLine, name: str) -> Optional[cst.CSTNode]:
+    """The statement to insert after: `init_process_group`'s, or, where the block binds the
+    local rank only after it (`local_rank = int(os.environ["LOCAL_RANK"])` on the next line),
+    that binding, so the name is bound when set_device runs. None where a `cuda` placement
+    comes between the two, or the name is bound later in a nested block."""
+    block = model.parent(statement)
+    siblings = list(getattr(block, "body", ()))
+    if statement not in siblings:
+        return statement
+    later = siblings[siblings.index(statement) + 1:]
+    binds = [s for s in later if name in _assigned_names(s)]
+    if not binds:
+        bound_in_a_block = re.compile(rf"(?<![\w.]){name}\s*(,[^=\n]*)?=(?!=)")
+        nested = any(bound_in_a_block.search(model.code(s)) for s in later if not isinstance(s, cst.SimpleStatementLine))
+        return None if nested else statement
+    between = later[: later.index(binds[0])]
+    if any("cuda" in model.code(s) for s in between):
+        return None
+    return binds[0]
+
+
+def _assigned_names(statement: cst.CSTNode) -> set[str]:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return set()
+    names = set()
+    for small in statement.body:
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
+            [small.target] if isinstance(small, (cst.AnnAssign, cst.AugAssign)) else [])
+        for target in targets:
+            elements = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+            names.update(e.value for e in elements if isinstance(e, cst.Name))
+    return names

@@ -171,6 +171,11 @@ def finish(recorder: Recorder, status: str, error, line) -> None:
     try:
         facts["cuda_available"] = bool(torch.cuda.is_available())
         facts["device_count"] = torch.cuda.device_count() if facts["cuda_available"] else 0
+        # The devices the CUDA runtime serves: fixed when the driver initialised, whatever the
+        # variable says now. device_count() re-reads CUDA_VISIBLE_DEVICES through NVML until torch
+        # initialises CUDA, so after a late write the two can disagree.
+        runtime_count = getattr(torch._C, "_cuda_getDeviceCount", None)
+        facts["runtime_device_count"] = runtime_count() if facts["cuda_available"] and runtime_count else facts["device_count"]
     except Exception:  # a broken CUDA setup must not hide the run's result
         facts["cuda_available"], facts["device_count"] = False, 0
     facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -136,7 +136,7 @@ class Variant:
 def verify(script: str, script_args: list[str], options: VerifyOptions, progress: Optional[Progress] = None) -> Report:
     import libcst as cst
 
-    from dplint.engine import apply_edits, fix_is_wanted, fix_source, lint_source, rules_for
+    from dplint.engine import fix_is_wanted, fix_source, lint_source, rules_for
     from dplint.registry import selected_codes
     from dplint.source import SourceError, read_source
 
@@ -161,33 +161,8 @@ def verify(script: str, script_args: list[str], options: VerifyOptions, progress
     if not chosen and not options.always_run:
         return report
 
-    # one "before" variant per finding: only its bug left, every other fix applied
-    variants: dict[str, Variant] = {}
-
-    def variant_for(variant_text: str, label: str) -> str:
-        for existing in variants.values():
-            if existing.text == variant_text:
-                return existing.label
-        while label in variants:  # two findings of one rule on one line
-            label += "'"
-        variants[label] = Variant(label, variant_text, len(variants))
-        return label
-
     wanted = [f for f in linted.findings if fix_is_wanted(f, unsafe=True)]
-    before: dict[int, str] = {}
-    for finding in chosen:
-        if not any(f is finding for f in wanted):
-            before[id(finding)] = variant_for(fixed.text, FIXED if fixed.text != text else ORIGINAL)
-            continue
-        only, _ = apply_edits(text, [f for f in wanted if f is not finding])
-        try:
-            cst.parse_module(only)
-        except Exception:
-            only = text  # the other fixes do not apply without this one: all the bugs stay
-        label = ORIGINAL if only == text else f"only {finding.code} line {finding.location.row}"
-        before[id(finding)] = variant_for(only, label)
-    variant_for(text, ORIGINAL)  # every bug: for findings that show only with another's bug
-    variant_for(fixed.text, FIXED if fixed.text != text else ORIGINAL)
+    variants, before = plan_variants(text, fixed.text, chosen, wanted)
 
     report.gpus = visible_gpus()
     if report.distributed:
@@ -231,6 +206,44 @@ def verify(script: str, script_args: list[str], options: VerifyOptions, progress
             except subprocess.TimeoutExpired:
                 pass
     return report
+
+
+def plan_variants(text: str, fixed_text: str, chosen: list[Finding], wanted: list[Finding]) -> tuple[dict[str, Variant], dict[int, str]]:
+    """The scripts to run, by label, and each chosen finding's "before" run: only its bug left,
+    every other fix applied. Equal texts run once, under the first label: the fixed copy's
+    label comes first, because the judges read the fixed run under FIXED (two findings whose
+    fixes edit the same call leave, each without its own fix, the whole fixed copy)."""
+    import libcst as cst
+
+    from dplint.engine import apply_edits
+
+    variants: dict[str, Variant] = {}
+
+    def variant_for(variant_text: str, label: str) -> str:
+        for existing in variants.values():
+            if existing.text == variant_text:
+                return existing.label
+        while label in variants:  # two findings of one rule on one line
+            label += "'"
+        variants[label] = Variant(label, variant_text, len(variants))
+        return label
+
+    fixed_label = FIXED if fixed_text != text else ORIGINAL
+    before: dict[int, str] = {}
+    for finding in chosen:
+        if not any(f is finding for f in wanted):
+            before[id(finding)] = variant_for(fixed_text, fixed_label)
+            continue
+        only, _ = apply_edits(text, [f for f in wanted if f is not finding])
+        try:
+            cst.parse_module(only)
+        except Exception:
+            only = text  # the other fixes do not apply without this one: all the bugs stay
+        label = ORIGINAL if only == text else fixed_label if only == fixed_text else f"only {finding.code} line {finding.location.row}"
+        before[id(finding)] = variant_for(only, label)
+    variant_for(text, ORIGINAL)  # every bug: for findings that show only with another's bug
+    variant_for(fixed_text, fixed_label)
+    return variants, before
 
 
 def project_root(script: str, cwd: str) -> str:

@@ -64,6 +64,11 @@ class RunView:
         return max((end.get("device_count") or 0 for end in self.ends), default=0)
 
     @property
+    def runtime_device_count(self) -> int:
+        """The devices the CUDA runtime serves (fixed when the driver initialised)."""
+        return max((end.get("runtime_device_count", end.get("device_count")) or 0 for end in self.ends), default=0)
+
+    @property
     def needs_cuda(self) -> bool:
         return any(end.get("needs_cuda") for end in self.ends)
 

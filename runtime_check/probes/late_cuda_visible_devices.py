@@ -1,5 +1,6 @@
 """DPL009 late-cuda-visible-devices: the order of CUDA queries and CUDA_VISIBLE_DEVICES
-writes; on CUDA, device_count() at the end against the list the script asked for."""
+writes; on CUDA, the devices the CUDA runtime serves at the end against the list the script
+asked for."""
 
 from __future__ import annotations
 
@@ -93,13 +94,16 @@ def judge(case: Case) -> Judgement:
         return Judgement(Verdict.NO_RUNTIME_EFFECT, original + ": the value takes effect in this run", fixed)
     if not case.original.cuda:
         return Judgement(Verdict.NEEDS_GPU, original + "; without CUDA there is nothing to hide", fixed)
-    # The original run sees every device (the late value was ignored): that is the machine's count.
-    visible = case.original.device_count
+    # The original run's CUDA runtime serves every device (the late value was ignored): that is
+    # the machine's count. torch.cuda.device_count() may still follow the late value (it reads
+    # the variable through NVML until torch initialises CUDA), so the script gets two answers.
+    visible = case.original.runtime_device_count
     asked = requested(write["value"], visible)
-    original += f"; device_count() is {visible} where the variable asks for {asked}"
-    ended_fixed = case.fixed.ends
-    if ended_fixed:
-        fixed += f"; device_count() is {case.fixed.device_count}"
+    original += f"; CUDA serves {visible} device(s) where the variable asks for {asked}"
+    if case.original.device_count != visible:
+        original += f" (torch.cuda.device_count() says {case.original.device_count}: it re-reads the variable)"
+    if case.fixed.ends:
+        fixed += f"; CUDA serves {case.fixed.runtime_device_count} device(s)"
     if visible == asked:
         return Judgement(Verdict.NOT_REPRODUCED, original + " (this machine shows no difference)", fixed)
-    return decide(case, True, fixed_late or case.fixed.device_count != asked, original, fixed)
+    return decide(case, True, fixed_late or case.fixed.runtime_device_count != asked, original, fixed)

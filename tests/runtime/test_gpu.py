@@ -42,7 +42,7 @@ def test_late_cuda_visible_devices_is_ignored():
     report = gpu_verify("late_cuda_visible_devices", "--gpus", "-1")  # hide every GPU: too late
     (result,) = report.results
     assert result.verdict.value == "confirmed", result
-    assert f"device_count() is {GPUS} where the variable asks for 0" in result.original
+    assert f"CUDA serves {GPUS} device(s) where the variable asks for 0" in result.original
 
 
 def test_all_misuses_on_cuda():

@@ -11,12 +11,12 @@ from dplint.runtime_check.verdicts import Case, RunView, Verdict
 ALL_CODES = {f"DPL{n:03d}" for n in range(1, 14)}
 
 
-def run(label: str, *events_by_rank: list[dict], cuda: bool = False, devices: int = 0) -> RunView:
+def run(label: str, *events_by_rank: list[dict], cuda: bool = False, devices: int = 0, runtime_devices=None) -> RunView:
     view = RunView(label)
     for rank, events in enumerate(events_by_rank):
         numbered = [dict(event, seq=seq) for seq, event in enumerate(events, 1)]
-        numbered.append({"kind": "end", "status": "finished", "seq": len(numbered) + 1,
-                         "cuda_available": cuda, "device_count": devices})
+        numbered.append({"kind": "end", "status": "finished", "seq": len(numbered) + 1, "cuda_available": cuda,
+                         "device_count": devices, "runtime_device_count": devices if runtime_devices is None else runtime_devices})
         view.events[rank] = numbered
     return view
 
@@ -58,9 +58,23 @@ def test_late_cuda_visible_devices_confirmed_by_device_count():
     assert judgement.verdict is Verdict.CONFIRMED
     assert judgement.original == (
         "torch.cuda.is_available() (line 10) ran before CUDA_VISIBLE_DEVICES='-1' was written (line 12); "
-        "device_count() is 1 where the variable asks for 0"
+        "CUDA serves 1 device(s) where the variable asks for 0"
     )
-    assert judgement.fixed == "CUDA_VISIBLE_DEVICES='-1' was written (line 12) before any CUDA query; device_count() is 0"
+    assert judgement.fixed == "CUDA_VISIBLE_DEVICES='-1' was written (line 12) before any CUDA query; CUDA serves 0 device(s)"
+
+
+def test_late_cuda_visible_devices_confirmed_when_device_count_follows_the_late_value():
+    # Seen on an H200 (torch 2.11): is_available() initialised the driver with the GPU visible;
+    # device_count() then re-read CUDA_VISIBLE_DEVICES='-1' through NVML and said 0, so
+    # nn.DataParallel got no device ids, while the runtime still served the GPU.
+    query = {"kind": "cuda-query", "line": 10, "function": "is_available"}
+    write = {"kind": "env", "line": 12, "key": "CUDA_VISIBLE_DEVICES", "value": "-1"}
+    original = run("original", [query, write], cuda=True, devices=0, runtime_devices=1)
+    judgement = probe_modules()["DPL009"].judge(case("DPL009", 12, original, original, fix_applied=False, gpus=1))
+    assert judgement.verdict is Verdict.CONFIRMED
+    assert judgement.original.endswith(
+        "CUDA serves 1 device(s) where the variable asks for 0 (torch.cuda.device_count() says 0: it re-reads the variable)"
+    )
 
 
 def test_late_cuda_visible_devices_same_count_is_not_reproduced():

@@ -53,3 +53,24 @@ def test_a_deleted_line_maps_to_nothing():
     fixed = SOURCE.replace('    torch.save(model.state_dict(), "a.pt")\n', "")
     assert LineMap(SOURCE, fixed).line(9) == range(0)
     assert LineMap(SOURCE, fixed).lines(range(9, 10)) == range(0)
+
+
+def test_two_findings_whose_fixes_coincide_are_judged_against_the_fixed_run():
+    # loss_on_cpu.py: `criterion(outputs.cpu(), targets.cpu())` holds two DPL003 findings whose
+    # fixes both rewrite the call; each one's "before" copy (the other's fix applied) is the
+    # whole fixed copy. It must run as FIXED: the judges read the fixed run under that label,
+    # and a missing FIXED run fell back to the original (a fix-failed verdict on an H200).
+    from dplint.engine import fix_is_wanted, fix_source, lint_source, rules_for
+    from dplint.registry import selected_codes
+    from dplint.runtime_check.runner import FIXED, ORIGINAL, plan_variants
+
+    script = RUNTIME_FIXTURES / "loss_on_cpu.py"
+    text = script.read_text()
+    rules = rules_for(selected_codes())
+    findings = lint_source(text, str(script), rules).findings
+    fixed_text = fix_source(text, str(script), rules, unsafe=True).text
+    variants, before = plan_variants(text, fixed_text, findings, [f for f in findings if fix_is_wanted(f, unsafe=True)])
+    assert [f.code for f in findings] == ["DPL003", "DPL003"]
+    assert sorted(variants) == [FIXED, ORIGINAL]
+    assert variants[FIXED].text == fixed_text and ".cpu()" not in fixed_text.split("criterion(")[-1].split("\n")[0]
+    assert [before[id(f)] for f in findings] == [FIXED, FIXED]
