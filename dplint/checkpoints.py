@@ -30,6 +30,7 @@ from typing import Optional
 import libcst as cst
 
 from dplint.flow import class_method, consistent
+from dplint.project import may_call_function_matching
 from dplint.semantic import (
     Binding,
     SemanticModel,
@@ -350,7 +351,7 @@ def _attribute_set_unseen(model: SemanticModel, expr: cst.BaseExpression, at: cs
         if constructor is None or not constructor.params.params:
             continue
         own = constructor.params.params[0].name.value
-        for node in _descendants(constructor):
+        for node in _registrations_and_stores(model, constructor):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _REGISTERING \
                     and isinstance(node.func.value, cst.Name) and node.func.value.value == own and len(node.args) >= 2 \
                     and literal_value(node.args[0].value) == name:
@@ -360,6 +361,22 @@ def _attribute_set_unseen(model: SemanticModel, expr: cst.BaseExpression, at: cs
                     and t.target.value.value == own and t.target.attr.value == name for t in node.targets):
                 values.extend(model.flow.values_at(node.value, node))
     return values
+
+
+_REGISTRATIONS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _registrations_and_stores(model: SemanticModel, constructor: cst.FunctionDef) -> list:
+    """The `x.add_module(...)`-like calls and the assignments to attributes in a constructor,
+    found once per file (each read of an unseen `self.x` asks again)."""
+    table = _REGISTRATIONS.setdefault(model, {})
+    if constructor not in table:
+        table[constructor] = [
+            node for node in _descendants(constructor)
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _REGISTERING
+            or isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Attribute) for t in node.targets)
+        ]
+    return table[constructor]
 
 
 def _descendants(node: cst.CSTNode):
@@ -1073,10 +1090,21 @@ def _project_module_function(model: SemanticModel, func: cst.Attribute):
     return found[0], found[1], False
 
 
+SAVE_CALL = r"save\s*\("  # `torch.save(`, `xm.save(`, `torch_save(` (an alias of torch.save)
+
+
+def _may_call_a_saver(model: SemanticModel, call: cst.Call) -> bool:
+    """Whether `call` may run, by name, a project function that calls a `save(` (two calls
+    deep): `save_checkpoint(...)`, `self.saver.dump(...)`, an instance's `__call__`."""
+    return may_call_function_matching(model, call.func, SAVE_CALL)
+
+
 def _saved_through_helper(model: SemanticModel, call: cst.Call, spells_state_dict: bool = True):
     """`Saver(out).dump(ddp.state_dict(), step)` / `save_checkpoint({"model": ddp.state_dict()})`:
     a wrapper's state dict handed to a function that saves that parameter. `spells_state_dict`
     False: the file has no `.state_dict` attribute anywhere (`_spells_state_dict`)."""
+    if not _may_call_a_saver(model, call):
+        return  # cheapest first: no function of that name in the project calls a `save(`
     candidates = [arg for arg in call.args if not arg.star]
     if not any(
         spells_state_dict and _may_hold_state_dict_at_call(model, arg.value, call) or _may_be_wrapper(model, arg.value)
@@ -1269,19 +1297,11 @@ def _helper_path(model, call, other, function, bound, saved: SavedParameter) -> 
     return CheckpointPath(literal or saved.path.literal, None, repr(literal) if literal else f"`{shape}`", shape)
 
 
-_CALLS_IN: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
 
 
 def _calls_in(model: SemanticModel, function: cst.FunctionDef) -> list:
-    """The call sites of `model.calls` whose innermost def (or lambda) is `function`, in order;
-    indexed once per file: every function's summary asks, and each ask would otherwise walk
-    the ancestors of every call of the file."""
-    table = _CALLS_IN.get(model)
-    if table is None:
-        table = _CALLS_IN[model] = {}
-        for site in model.calls:
-            table.setdefault(enclosing_def(model, site.node), []).append(site)
-    return table.get(function, [])
+    """The call sites of `model.calls` whose innermost def (or lambda) is `function`, in order."""
+    return model.calls_in(function)
 
 
 _HOLDS_AT_CALL: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()

@@ -456,7 +456,9 @@ def events_before_callers(model: SemanticModel, node: cst.CSTNode) -> list[CudaE
                     continue
                 for state in walked_timeline(caller).states(caller.statement_of(call)):
                     for event in state:
-                        if event.kind == IMPORT:
+                        if event.kind == IMPORT or _same_callee(caller, event.node, call):
+                            # An earlier run of this same call (a loop, a helper called twice):
+                            # its own write came first there, so that one took effect.
                             continue
                         where = f"{_shown_path(caller.path)}:{caller.position(event.node)[0].line}"
                         found.append(replace(
@@ -464,6 +466,17 @@ def events_before_callers(model: SemanticModel, node: cst.CSTNode) -> list[CudaE
                             via=f"in {where}, before that file calls `{function.name.value}()`, defined on "))
         frontier = upper
     return found
+
+
+def _same_callee(model: SemanticModel, node: cst.CSTNode, call: cst.Call) -> bool:
+    """Whether `node` is the statement of `call` or a call of the same name (`Config(...)` twice)."""
+    if model.statement_of(node) is model.statement_of(call):
+        return True
+    called = node if isinstance(node, cst.Call) else None
+    if called is None:
+        return False
+    last = lambda func: func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+    return last(called.func) == last(call.func)
 
 
 def _body(suite: cst.BaseSuite) -> Sequence[cst.CSTNode]:

@@ -1389,7 +1389,7 @@ class Flow:
         parameter as `self.attribute` outright: the subclass's `self.attribute` is then `name`."""
         class_node = owner.class_scope.node
         self_name = _instance_parameter(self.model, owner)
-        for call in _calls_in(owner.node):
+        for call in (site.node for site in self.model.calls_in(owner.node)):
             if not any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args):
                 continue
             found = self._base_method(class_node, call, self_name)
@@ -2091,29 +2091,6 @@ class Flow:
 
 
 # --------------------------------------------------------------------------- helpers
-def _calls_in(function: cst.FunctionDef) -> list[cst.Call]:
-    """The calls a function's own body makes (not those of nested functions or classes)."""
-    found: list[cst.Call] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_FunctionDef(self, node) -> bool:
-            return node is function
-
-        def visit_ClassDef(self, node) -> bool:
-            return False
-
-        def visit_Lambda(self, node) -> bool:
-            return False
-
-        def visit_Call(self, node) -> None:
-            found.append(node)
-
-    from dplint.semantic import walk  # semantic imports this module
-
-    walk(function, Collect())
-    return found
-
-
 # Stands for "what `self.x` held when the method was called" in a method's summary.
 _PASSED = object()
 

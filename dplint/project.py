@@ -28,6 +28,7 @@ import copy
 import itertools
 import os
 import re
+import weakref
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from dplint.cache import content_key
@@ -81,6 +82,7 @@ class Project:
         self._importer_pieces: dict[str, dict[str, str]] = {}
         self._mentioned: dict[tuple, bool] = {}  # (importer's folder, name, words, budget) -> answer
         self._file_imports: dict[str, tuple[str, list]] = {}  # file -> (its text, imported_definitions)
+        self._mentioning: dict[tuple, Optional[frozenset[str]]] = {}  # (root, word, depth) -> function names
 
     # ------------------------------------------------------------------- bookkeeping
     def register(self, model: SemanticModel, raw: Optional[bytes] = None, text: Optional[str] = None) -> None:
@@ -390,6 +392,19 @@ class Project:
             self._texts[path] = text
         return self._texts[path]
 
+    def functions_mentioning(self, path: str, word: str, depth: int = 2) -> Optional[frozenset[str]]:
+        """The names of the project's functions whose text matches `word`, or calls (by name)
+        one of those, `depth` calls up: which calls may reach, say, a `torch.save`. Text only,
+        once per run and root; None when the project is too large to list (ask everything)."""
+        root, files = self._project_files(os.path.abspath(path))
+        key = (root, word, depth)
+        if key not in self._mentioning:
+            self._mentioning[key] = None
+            if files:
+                texts = (text for f in files if (text := self._text(f)) is not None)
+                self._mentioning[key] = functions_mentioning(texts, word, depth)
+        return self._mentioning[key]
+
     def file_text(self, path: str) -> Optional[str]:
         """A project file's text, read once per run (None when it cannot be read)."""
         return self._text(path)
@@ -671,6 +686,83 @@ def path_edit_folders(path: str, text: str) -> list[str]:
 
 
 _WORD = re.compile(r"\w+")
+_CALLED = re.compile(r"(\w+)\s*\(")
+_BLOCK = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)", re.M)
+
+
+_MATCHING: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()  # -> {(pattern, depth): names}
+
+
+def may_call_function_matching(model: "SemanticModel", func, pattern: str, depth: int = 2) -> bool:
+    """Whether a call of `func` (`save_checkpoint`, `self.saver.dump`, `make_model` imported
+    under another name, an instance's `__call__`) may run, by its name, one of the functions
+    of the project (of the file, without one) whose text matches `pattern`, or that call one
+    of those, `depth` calls deep (`functions_mentioning`). Text only: a rule asks this before
+    resolving a callee, and a near-miss costs a resolution, never a finding."""
+    import libcst as cst
+
+    known = _MATCHING.setdefault(model, {})
+    if (pattern, depth) not in known:
+        project = getattr(model, "project", None)
+        if project is None:
+            names = functions_mentioning((model.text,), pattern, depth)
+        else:  # None: a project too large to list, or one that cannot: ask everything
+            lister = getattr(project, "functions_mentioning", None)
+            names = lister(model.path, pattern, depth) if lister is not None else None
+        known[pattern, depth] = names
+    names = known[pattern, depth]
+    if names is None:
+        return True
+    if isinstance(func, cst.Attribute):
+        return func.attr.value in names
+    if isinstance(func, cst.Name):
+        imported = model.imports.get(func.value)
+        name = imported.rsplit(".", 1)[-1] if imported else func.value
+        return name in names or "__call__" in names
+    return True
+
+
+def functions_mentioning(texts, word: str, depth: int = 2) -> frozenset[str]:
+    """`Project.functions_mentioning` over some files' texts: `word` is a regular expression.
+    In a file that binds another name to what it matches (`import ... DistributedDataParallel
+    as Wrapper`, `save_fn = torch.save`), a call of that name matches too."""
+    pattern = re.compile(word)
+    found: set[str] = set()
+    bodies = []
+    for text in texts:
+        aliases = {m.group(1) or m.group(2) for m in _aliases_of(word).finditer(text)} - {None}
+        matches = re.compile("|".join([word, *(rf"\b{a}\s*\(" for a in aliases)])) if aliases else pattern
+        for name, body in function_texts(text):
+            bodies.append((name, body))
+            if matches.search(body):
+                found.add(name)
+    calls = [(name, set(_CALLED.findall(body, body.index("(") + 1))) for name, body in bodies if name not in found]
+    for _ in range(depth):
+        more = {name for name, called in calls if name not in found and not found.isdisjoint(called)}
+        if not more:
+            break
+        found |= more
+    return frozenset(found)
+
+
+def _aliases_of(word: str) -> re.Pattern:
+    """`... import X as name` and `name = a.X` where X matches `word` (its words, `(` dropped)."""
+    plain = word.replace("\\(", "").replace("\\s*", "")
+    return re.compile(rf"\b\w*(?:{plain})\w*[ \t]+as[ \t]+(\w+)|^[ \t]*(\w+)[ \t]*=[ \t]*[\w.]*(?:{plain})\w*[ \t]*$", re.M)
+
+
+def function_texts(text: str) -> Iterator[tuple[str, str]]:
+    """(name, text) of each `def` in a file's text, found without parsing: from the `def` to the
+    next `def` or `class` indented no deeper (nested ones stay inside; a body may run on past
+    its end, into top-level code after it, but never stops short of it)."""
+    blocks = list(_BLOCK.finditer(text))
+    for index, match in enumerate(blocks):
+        if match.group(2) != "def":
+            continue
+        indent = len(match.group(1).expandtabs())
+        end = next((m.start() for m in blocks[index + 1:] if len(m.group(1).expandtabs()) <= indent), len(text))
+        yield match.group(3), text[match.start():end]
+
 # A top-level `def name` / `class name` / `name = ...` / `name: ...`: what `_definition_text` looks for.
 _TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*[:=]", re.M)
 _NEXT_TOP_LEVEL = re.compile(r"^[^\s#@)\]}]", re.M)

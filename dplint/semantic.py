@@ -174,6 +174,7 @@ class SemanticModel:
         self.returns: dict[cst.CSTNode, list[cst.Return]] = {}  # function -> its own return statements
         self.generators: set[cst.CSTNode] = set()  # functions whose own body yields
         self._text: Optional[str] = None
+        self._calls_in: Optional[dict] = None  # innermost def/lambda/class -> its call sites
         _Collector(self).collect(module)
 
     @property
@@ -339,6 +340,16 @@ class SemanticModel:
         if isinstance(expr, cst.Call) and self.qualified_name(expr.func) in qualified_names:
             return expr
         return None
+
+    def calls_in(self, function: cst.CSTNode) -> list[CallSite]:
+        """The call sites whose innermost def, lambda or class is `function`, in source order:
+        a function's own calls, indexed once per file (a walk per question costs a lot)."""
+        if self._calls_in is None:
+            self._calls_in = {}
+            for site in self.calls:
+                owner = next((a for a in self.ancestors(site.node) if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef))), None)
+                self._calls_in.setdefault(owner, []).append(site)
+        return self._calls_in.get(function, [])
 
     def nodes(self) -> Iterator[cst.CSTNode]:
         """Every node of the module except the module itself, in source order (no tree walk)."""

@@ -37,6 +37,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.flow import Callee
+from dplint.project import may_call_function_matching
 from dplint.semantic import (
     SELF_RETURNING_METHODS,
     WRAPPER_KINDS,
@@ -796,6 +797,7 @@ def wrapper_kind(model: SemanticModel, func: cst.BaseExpression, depth: int = 6)
 
 # What the source of a class or function that is or returns a wrapper names somewhere.
 WRAPPER_WORDS = ("DataParallel", "DP(")
+WRAPPER_TEXT = "DataParallel|DP\\("  # the same, as a pattern for `may_call_function_matching`
 
 
 def may_name_a_wrapper(model: SemanticModel, func: cst.BaseExpression) -> bool:
@@ -932,7 +934,7 @@ def _returned_wrapping(model: SemanticModel, site: CallSite, by_call: dict[cst.C
     """A call of a function (of this file or, through `model.project`, of another) that returns
     a wrapper on some path: a Wrapping at the call, its inner the argument the call passes for
     the parameter the function wraps."""
-    if not may_name_a_wrapper(model, site.node.func):
+    if not may_name_a_wrapper(model, site.node.func) or not may_call_function_matching(model, site.node.func, WRAPPER_TEXT, 3):
         return None
     callee = callee_of(model, site.node)
     if callee is None or not isinstance(callee.node, cst.FunctionDef):

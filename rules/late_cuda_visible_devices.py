@@ -19,6 +19,7 @@ from dplint.cuda import (
     starts_process_after,
     visible_devices_writes,
 )
+from dplint.flow import consistent
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 
@@ -257,8 +258,11 @@ class LateCudaVisibleDevices(Rule):
         # Other files that call the write's function (or a function of this file that does)
         # after they initialised CUDA.
         callers = tuple(events_before_callers(model, write.node))
+        write_path = model.flow.branch_conditions(write.node)
         for state in timeline.states(model.statement_of(write.node)) or [()]:
             for event in state + inputs + callers:
+                if not event.certain and not consistent(model.flow.branch_conditions(event.node), write_path):
+                    continue  # `if len(ids) > 1: DataParallel(...)` then `if len(ids) == 1:` write
                 if found is None or RANK[event.kind, event.certain] > RANK[found.kind, found.certain]:
                     found = event
         return found
