@@ -7,6 +7,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.checkpoints import SavedWrapperStateDict, checkpoint_facts, contained_wrapper, wrapper_kind_name
+from dplint.project import owns
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 
@@ -47,7 +48,9 @@ class SaveWrappedStateDict(Rule):
     (spelled the same: `cfg.n_gpu > 1` around the wrap and `self.cfg.n_gpu > 1` around the save
     are not matched, so it stays silent). Saved wrapped on some paths only (a save after `if multi_gpu:` wrapped), it is
     flagged without a fix. Silent when the model is a parameter with several callers, or an
-    unknown object.
+    unknown object, and, for a wrapper built in another file under that file's own test, on an
+    arm of an `if` whose other arm reads `.module` of the same object (`if self.devices: save(
+    net.module.state_dict()) else: save(net.state_dict())`): the code tells its own paths apart.
 
     A state dict handed to a function that saves that parameter counts as saved: a function or
     class method of this file or, when dplint checks a project, of the file it is imported
@@ -221,6 +224,9 @@ class SaveWrappedStateDict(Rule):
             receiver = model.code(state_dict.receiver)
             if _unwrapped_copy_beside(model, state_dict.call, receiver) or _resume_round_trip(model, save, receiver):
                 continue
+            if not state_dict.every_path and not owns(model, state_dict.wrapping.call) \
+                    and _other_arm_unwraps(model, save.save, state_dict.receiver):
+                continue
             kind = wrapper_kind_name(state_dict.wrapping)
             conditional = not state_dict.every_path
             writer = f"`{model.code(save.save.func)}(...)` saves" if save.through_helper else "`torch.save` writes"
@@ -349,6 +355,28 @@ def _unwrapped_copy_beside(model: SemanticModel, call: cst.Call, receiver: str) 
             and model.code(value.func.value.value) == receiver
         ):
             return True
+    return False
+
+
+def _other_arm_unwraps(model: SemanticModel, save: cst.Call, receiver: cst.BaseExpression) -> bool:
+    """`if len(self.gpu_ids) > 0: save(net.module.state_dict()) else: save(net.state_dict())`:
+    the save is in one arm of an `if` whose other arm reads `.module` of the same object, so
+    the code itself tells its wrapped path from its bare one. Asked only where the wrapper is
+    built in another file under that file's own test, which cannot be compared with this one."""
+    root = receiver
+    while isinstance(root, cst.Call) and isinstance(root.func, cst.Attribute):
+        root = root.func.value  # `net.cpu()` -> `net`
+    unwrapped = f"{model.code(root)}.module"
+    child: cst.CSTNode = save
+    for ancestor in model.ancestors(save):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if isinstance(ancestor, cst.If):
+            arms = [ancestor.body, ancestor.orelse]
+            if child in arms:
+                other = arms[1 - arms.index(child)]
+                return other is not None and unwrapped in model.code(other)
+        child = ancestor
     return False
 
 
