@@ -13,7 +13,8 @@ The facts (torch 2.13, re-checked by wrapping `torch._C._cuda_getDeviceCount` an
   `torch.cuda.is_available()` through `_get_available_device_type`).
 * `torch.cuda.device_count()` counts through NVML when NVML works (no initialisation, and
   torch does not cache the count "because the number of devices can change due to changes
-  to CUDA_VISIBLE_DEVICES"); only without NVML does it call `_cuda_getDeviceCount`.
+  to CUDA_VISIBLE_DEVICES"); only without NVML (no NVIDIA driver: then no CUDA either) does it
+  call `_cuda_getDeviceCount`. It is not counted: a write after it takes effect.
 * `torch.load(f)` without `map_location` restores each tensor to the device it was saved
   from (`torch/serialization.py`, `_deserialize` -> `_validate_device`, which calls
   `torch.cuda.is_available()` and `device_count()`): a checkpoint saved from a GPU
@@ -59,7 +60,7 @@ INITIALISING_CALLS = {
     "torch.cuda.init",
     DATA_PARALLEL,
 }
-MAY_INITIALISE_CALLS = {"torch.cuda.device_count"}  # only where NVML is unavailable
+MAY_INITIALISE_CALLS: set = set()  # device_count(): see the module docstring
 # Built enabled on "cuda" (their default), they call `torch.cuda.is_available()`:
 # {qualified name: the position of the device argument (None: always CUDA)}.
 AMP_CONSTRUCTORS = {

@@ -24,7 +24,7 @@ from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Sever
 from dplint.semantic import SemanticModel
 
 # How serious what ran before the write is: CUDA certainly initialised first, then on some
-# paths, then "may initialise" (device_count, torch.load), then a mere import.
+# paths, then "may initialise" (torch.load without map_location), then a mere import.
 RANK = {(INIT, True): 5, (INIT, False): 4, (MAY_INIT, True): 3, (MAY_INIT, False): 2, (IMPORT, True): 1, (IMPORT, False): 1}
 
 
@@ -40,14 +40,16 @@ class LateCudaVisibleDevices(Rule):
       a torch call with `device="cuda"`, `torch.load(..., map_location="cuda")`, the
       `nn.DataParallel(...)` constructor, a `GradScaler` or `autocast` built enabled for
       CUDA (a warning when `enabled=` is not a literal);
-    - a warning after `torch.cuda.device_count()` (it initialises CUDA where NVML is
-      unavailable) or `torch.load(f)` without `map_location` (a checkpoint saved from a GPU
+    - a warning after `torch.load(f)` without `map_location` (a checkpoint saved from a GPU
       is restored onto it, which initialises CUDA);
     - a warning when the call that initialises CUDA runs before the write on some paths only
       (in a branch, a loop body, a `try`, or before an early `return`): on those paths the
       value is ignored.
 
     Silent after a mere `import torch`: it does not initialise CUDA, so the value takes effect.
+    Silent after `torch.cuda.device_count()` alone: it counts through NVML without initialising
+    CUDA (wherever NVML works, i.e. wherever the NVIDIA driver is installed) and re-reads the
+    variable on every call, so a later write still takes effect.
 
     "Before" is run order: the file's top level, and the body of each function where that
     order calls it -- a function of the file (`main()` under `if __name__ == "__main__":`),
@@ -76,8 +78,11 @@ class LateCudaVisibleDevices(Rule):
     "use GPU 1" runs on GPU 0, next to another job.
 
     `import torch` itself does not initialise CUDA (torch 2.13: `torch.cuda.is_initialized()`
-    stays False), so a write after it works and is not flagged. `torch.cuda.device_count()` counts through NVML
-    without initialising CUDA where NVML works, and initialises it where it doesn't.
+    stays False), so a write after it works and is not flagged. Neither does
+    `torch.cuda.device_count()` where NVML works. Once CUDA is initialised the two disagree:
+    `device_count()` follows the new value while the runtime keeps the devices it saw (seen on
+    an H200 with torch 2.11: `CUDA_VISIBLE_DEVICES='-1'` after `is_available()` made
+    `device_count()` 0, so `nn.DataParallel` found no device, while tensors still went to the GPU).
 
     ## Example
     ```python
@@ -109,7 +114,7 @@ class LateCudaVisibleDevices(Rule):
     code = "DPL009"
     name = "late-cuda-visible-devices"
     severity = Severity.ERROR
-    summary = "CUDA_VISIBLE_DEVICES set after CUDA was initialised (ignored) or after device_count()"
+    summary = "CUDA_VISIBLE_DEVICES set after CUDA was initialised: the value is ignored"
     fix_applicability = Applicability.SAFE
     tokens = ("CUDA_VISIBLE_DEVICES",)
 
@@ -152,17 +157,17 @@ class LateCudaVisibleDevices(Rule):
         "print(os.environ.get('CUDA_VISIBLE_DEVICES'))\n",
     )
     INVALID = (
-        # After device_count(): fragile (it initialises CUDA where NVML is unavailable).
+        # After torch.load() without map_location: a GPU checkpoint initialises CUDA.
         Example(
             "import os\n"
             "import torch\n"
-            "n = torch.cuda.device_count()\n"
+            "state = torch.load('init.pt')\n"
             "os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n",
             expected=(
                 "import os\n"
                 "os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"
                 "import torch\n"
-                "n = torch.cuda.device_count()\n"
+                "state = torch.load('init.pt')\n"
             ),
         ),
         Example(

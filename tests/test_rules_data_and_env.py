@@ -259,7 +259,8 @@ WRITE = "os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
         # Only `import torch` (and calls that do not initialise CUDA) before: the value takes effect.
         ("", None, ""),
         ("torch.device('cuda:1')\ntorch.manual_seed(0)\ntorch.cuda.manual_seed_all(0)\n", None, ""),
-        ("n = torch.cuda.device_count()\n", "warning", "`torch.cuda.device_count()` (line 3), which initialises CUDA where NVML is unavailable"),
+        # device_count() counts through NVML: no initialisation, the later write takes effect.
+        ("n = torch.cuda.device_count()\n", None, ""),
         ("ok = torch.cuda.is_available()\n", "error", "after `torch.cuda.is_available()` (line 3) initialised CUDA"),
         ("torch.cuda.set_device(0)\n", "error", "`torch.cuda.set_device()`"),
         ("x = torch.ones(2).cuda()\n", "error", "`.cuda()`"),
@@ -331,7 +332,7 @@ def test_visible_devices_follows_calls_into_functions_of_the_file():
         "import os\nimport torch\ntorch.cuda.init()\nos.environ.pop('CUDA_VISIBLE_DEVICES', None)\n",
         "import os\ndef main():\n    os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n    import torch\n    torch.cuda.init()\n",
         # a launcher: the children it starts next get the new value
-        "import os, subprocess\nimport torch\nn = torch.cuda.device_count()\n"
+        "import os, subprocess\nimport torch\nstate = torch.load('init.pt')\n"
         "for gpu in range(n):\n    os.environ['CUDA_VISIBLE_DEVICES'] = str(gpu)\n    subprocess.Popen(['python', 'train.py'])\n",
         "import os\nimport torch\nimport torch.multiprocessing as mp\ntorch.cuda.init()\n"
         "os.environ['CUDA_VISIBLE_DEVICES'] = '0,1'\nmp.spawn(worker, nprocs=2)\n",
@@ -344,10 +345,10 @@ def test_visible_devices_silent(code):
 @pytest.mark.parametrize(
     "code, row, column",
     [
-        ("import os\nimport torch\nn = torch.cuda.device_count()\nif True: os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n", 4, 10),
-        ("import os\nimport torch\nn = torch.cuda.device_count()\nclass C:\n    os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n", 5, 5),
-        ("import os\nimport torch\nn = torch.cuda.device_count()\nf = lambda: os.putenv('CUDA_VISIBLE_DEVICES', '1')\n", 4, 13),
-        ("import os\nimport torch\nn = torch.cuda.device_count()\nx = [os.environ.update(CUDA_VISIBLE_DEVICES=str(i)) for i in range(2)]\n", 4, 6),
+        ("import os\nimport torch\nstate = torch.load('init.pt')\nif True: os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n", 4, 10),
+        ("import os\nimport torch\nstate = torch.load('init.pt')\nclass C:\n    os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n", 5, 5),
+        ("import os\nimport torch\nstate = torch.load('init.pt')\nf = lambda: os.putenv('CUDA_VISIBLE_DEVICES', '1')\n", 4, 13),
+        ("import os\nimport torch\nstate = torch.load('init.pt')\nx = [os.environ.update(CUDA_VISIBLE_DEVICES=str(i)) for i in range(2)]\n", 4, 6),
     ],
 )
 def test_visible_devices_odd_places_flag_without_a_fix(code, row, column):
@@ -385,7 +386,7 @@ def test_visible_devices_fix_adds_import_os_keeps_comments_and_crlf():
         '"""Doc."""\r\n'
         "import torch  # the first torch import\r\n"
         "import os\r\n"
-        "n = torch.cuda.device_count()\r\n"
+        "state = torch.load('init.pt')\r\n"
         "# pin the job to the spare GPU\r\n"
         "os.environ[\r\n"
         "    'CUDA_VISIBLE_DEVICES'\r\n"
@@ -405,7 +406,7 @@ def test_visible_devices_fix_adds_import_os_keeps_comments_and_crlf():
         "] = '3'  # spare\r\n"
         "import torch  # the first torch import\r\n"
         "import os\r\n"
-        "n = torch.cuda.device_count()\r\n"
+        "state = torch.load('init.pt')\r\n"
         "\r\n"
         "\r\n"
         "def main():\r\n"
@@ -436,35 +437,35 @@ def test_visible_devices_fix_adds_import_os_keeps_comments_and_crlf():
     ],
 )
 def test_visible_devices_no_fix_when_moving_is_not_provably_safe(code):
-    code = _after_a_device_count(code)
+    code = _after_a_load(code)
     found = [f for f in lint(code) if f.code == "DPL009"]
     assert len(found) == 1 and not found[0].edits
     assert fix(code, only=VISIBLE) == code
 
 
-def _after_a_device_count(code: str) -> str:
-    """The same write, after a `device_count()` just before it (a warning, so there is a finding)."""
+def _after_a_load(code: str) -> str:
+    """The same write, after a `torch.load()` just before it (a warning, so there is a finding)."""
     lines = code.splitlines(keepends=True)
     last = max(i for i, line in enumerate(lines) if "CUDA_VISIBLE_DEVICES'] =" in line)
     indent = lines[last][: len(lines[last]) - len(lines[last].lstrip())]
-    lines.insert(last, indent + "n = torch.cuda.device_count()\n")
+    lines.insert(last, indent + "state = torch.load('init.pt')\n")
     return "".join(lines)
 
 
 def test_visible_devices_names_bound_before_the_import_may_move():
-    code = "import os\nGPUS = ['2', '3']\nimport torch\nn = torch.cuda.device_count()\nos.environ['CUDA_VISIBLE_DEVICES'] = ','.join(GPUS)\n"
+    code = "import os\nGPUS = ['2', '3']\nimport torch\nstate = torch.load('init.pt')\nos.environ['CUDA_VISIBLE_DEVICES'] = ','.join(GPUS)\n"
     assert fix(code, only=VISIBLE) == code  # a call: not moved
-    code = "import os\nGPU = '2'\nimport torch\nn = torch.cuda.device_count()\nos.environ['CUDA_VISIBLE_DEVICES'] = f'{GPU},3'\n"
+    code = "import os\nGPU = '2'\nimport torch\nstate = torch.load('init.pt')\nos.environ['CUDA_VISIBLE_DEVICES'] = f'{GPU},3'\n"
     assert fix(code, only=VISIBLE) == (
-        "import os\nGPU = '2'\nos.environ['CUDA_VISIBLE_DEVICES'] = f'{GPU},3'\nimport torch\nn = torch.cuda.device_count()\n"
+        "import os\nGPU = '2'\nos.environ['CUDA_VISIBLE_DEVICES'] = f'{GPU},3'\nimport torch\nstate = torch.load('init.pt')\n"
     )
 
 
 def test_two_writes_keep_their_order_when_moved():
-    code = HEAD + "n = torch.cuda.device_count()\nos.environ.setdefault('CUDA_VISIBLE_DEVICES', '0')\nos.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
+    code = HEAD + "state = torch.load('init.pt')\nos.environ.setdefault('CUDA_VISIBLE_DEVICES', '0')\nos.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
     assert fix(code, only=VISIBLE) == (
         "import os\nos.environ.setdefault('CUDA_VISIBLE_DEVICES', '0')\n"
-        "os.environ['CUDA_VISIBLE_DEVICES'] = '1'\nimport torch\nn = torch.cuda.device_count()\n"
+        "os.environ['CUDA_VISIBLE_DEVICES'] = '1'\nimport torch\nstate = torch.load('init.pt')\n"
     )
 
 
@@ -473,7 +474,7 @@ def test_timeline_records_each_run_order():
         "import torch\n"
         "def f():\n"
         "    x = 1\n"
-        "torch.cuda.device_count()\n"
+        "torch.load('init.pt')\n"
         "torch.cuda.init()\n"
         "f()\n"
     )

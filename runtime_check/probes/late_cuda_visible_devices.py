@@ -11,9 +11,10 @@ from dplint.runtime_check.verdicts import Case, Judgement, RunView, Verdict, dec
 CODE = "DPL009"
 NAME = "late-cuda-visible-devices"
 VARIABLE = "CUDA_VISIBLE_DEVICES"
-# The calls that initialise CUDA (or cache the device count) in torch 2.13.
+# The calls that initialise CUDA in torch 2.13 (not device_count(): it counts through NVML and
+# re-reads the variable each time).
 QUERIES = (
-    "is_available", "device_count", "set_device", "current_device", "get_device_name",
+    "is_available", "set_device", "current_device", "get_device_name",
     "get_device_properties", "get_device_capability", "synchronize", "mem_get_info",
     "is_bf16_supported", "init", "_lazy_init",
 )
