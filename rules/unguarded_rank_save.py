@@ -21,6 +21,7 @@ from dplint.distributed import (
     is_rank_guarded,
     mentions_rank,
     mentions_spawn_index,
+    on_single_process_branch,
     passed_for,
 )
 from dplint.rule import Example, Rule, Severity, Violation
@@ -339,6 +340,10 @@ def _reach(caller: SemanticModel, call: cst.Call, other: SemanticModel, function
                     continue
                 decided = _decided(caller, sibling.test, call, function, params, bound)
                 if decided is None:
+                    if mentions_rank(other, sibling.test) and any(
+                            branch is not None and ends_in_exit(other, branch) for branch in (
+                                sibling.body, sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None)):
+                        guarded = True  # `if dist.get_rank() != 0: return` earlier in the method
                     continue
                 taken = sibling.body if decided else sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None
                 if taken is not None and ends_in_exit(other, taken):
@@ -368,7 +373,7 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
             if site.qualified_name != TORCH_SAVE or enclosing_function(other, save) is not function:
                 continue
             reached, guarded, decided = _reach(model, call, other, function, save)
-            if not reached or guarded or _target_is_per_rank(other, save):
+            if not reached or guarded or on_single_process_branch(other, save) or _target_is_per_rank(other, save):
                 continue
             if _on_one_process_path(other, multi_process_switches(other), (save,)):
                 continue  # the helper's file builds its DDP under a test this save is on the other side of
@@ -558,6 +563,8 @@ def _saves_in_project_methods(model: SemanticModel, methods) -> Iterator[Violati
             reached, guarded, _ = _reach(model, call, other, method, first, bound=True)
             if not reached or guarded or (route and is_rank_guarded(other, save)) or _target_is_per_rank(other, save):
                 continue
+            if any(on_single_process_branch(other, node) for node in (save, *route)):
+                continue  # `if get_world_size() == 1:`: one process, nothing else writes
             if any(_constructor_excludes(model, built, other, method, node) for node in (save, *route)):
                 continue  # `if self.accelerator is not None:` ... `else: torch.save(...)`, built with one
             if _on_one_process_path(other, multi_process_switches(other), (save, *route)):
