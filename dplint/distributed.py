@@ -206,6 +206,8 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
         return mentions_rank(model, expr.left, depth, followed) or mentions_rank(model, expr.right, depth, followed)
     if _reads_environ(expr):
         return False  # `if not os.environ.get("RANK"):`: whether the launcher set it, alike on every rank
+    if isinstance(expr, cst.Comparison) and _rank_beyond_world_size(model, expr):
+        return False  # `if rank >= world_size: return`: false on every rank, excludes none
     for node in _subtree(expr, into_calls=not followed, skip=_same_on_every_process):
         if isinstance(node, cst.Name) and is_rank_word(node.value):
             return True
@@ -277,6 +279,45 @@ def _assigned_under_rank_test(model: SemanticModel, value: cst.CSTNode, depth: i
             return True
         child = ancestor
     return False
+
+
+def _rank_beyond_world_size(model: SemanticModel, test: cst.Comparison) -> bool:
+    """`rank >= world_size` (or `world_size <= rank`) with the world size itself on the other
+    side (`dist.get_world_size()`, or a name or parameter every caller fills with it): torch's
+    `get_rank()` is always below `get_world_size()`, so no rank passes it. A smaller bound (a
+    process grid's size) keeps the test a rank guard."""
+    if len(test.comparisons) != 1:
+        return False
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(operator, cst.GreaterThanEqual):
+        rank, size = test.left, right
+    elif isinstance(operator, cst.LessThanEqual):
+        rank, size = right, test.left
+    else:
+        return False
+    return _rank_number(rank) is not None and _holds_world_size(model, size, 2)
+
+
+def _holds_world_size(model: SemanticModel, expr: cst.BaseExpression, depth: int) -> bool:
+    """The world size itself: spelled so, or a name bound (or a parameter passed) only to it."""
+    if _is_world_size(expr):
+        return True
+    if depth == 0 or not isinstance(expr, cst.Name) or expr not in model._order:
+        return False
+    binding = model.binding_at(expr.value, expr)
+    if binding is None:
+        return False
+    if isinstance(binding.node, cst.Param):
+        function = enclosing_function(model, expr)
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        passed = passed_for(model, function, binding.node)
+        calls = callers_of(model, function)
+        return bool(passed) and len(passed) == len(calls) and all(
+            _holds_world_size(model, model.value_at(value, call) or value, depth - 1)
+            for value, call in zip(passed, calls))
+    values = _assigned_values(model, expr)
+    return bool(values) and all(_holds_world_size(model, value, depth - 1) for value in values)
 
 
 def is_rank_word(text: str) -> bool:
