@@ -15,6 +15,7 @@ from dplint.distributed import (
     enclosing_function,
     ends_in_exit,
     every_rank_reaches,
+    guard_tests,
     is_multi_process,
     multi_process_switches,
     branch_tests,
@@ -421,13 +422,86 @@ def _project_method_calls(model: SemanticModel) -> list[tuple[cst.Call, Semantic
         built = model.value_at(holder, call)
         if not isinstance(built, cst.Call) or built is holder or is_rank_guarded(model, built):
             continue  # `if rank == 0: saver = Saver(out)`: an object of one rank
-        if any(mentions_rank(model, arg.value) for arg in (*call.args, *built.args)):
-            continue
         target = called_function(model, call)
         if target is None or target[0] is model or not target[2]:
             continue
-        found.append((call, built, target[0], target[1]))
+        carriers = _rank_carriers(model, call, built, target[0], target[1])
+        if carriers is None:
+            continue  # the rank goes where we can't follow it: the class may test it
+        found.append((call, built, target[0], target[1], carriers))
     return found
+
+
+def _parameter_names(function: cst.FunctionDef) -> list[str]:
+    params = function.params
+    return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+
+
+def _rank_carriers(model: SemanticModel, call: cst.Call, built: cst.Call, other: SemanticModel,
+                   method: cst.FunctionDef) -> Optional[tuple[set, set]]:
+    """Where the rank that this file hands the object lands: (attributes of `self` that the
+    constructor copies a rank-carrying parameter into, parameters of `method` the call fills
+    with a rank): `Fitter(model, device=rank)` with `self.device = device`. Empty sets when
+    no argument mentions a rank; None when one does and it goes elsewhere (into another call,
+    a `*args`, a base class)."""
+    ranked = [arg for arg in (*call.args, *built.args) if mentions_rank(model, arg.value)]
+    if not ranked:
+        return set(), set()
+    owner = other.parent(other.parent(method))
+    init = class_method(owner, "__init__") if isinstance(owner, cst.ClassDef) else None
+
+    def filled(at: cst.Call, function: Optional[cst.FunctionDef]) -> set:
+        if function is None:
+            return set()
+        names = set()
+        for name in _parameter_names(function):
+            value = model.flow.parameter_argument(at, function, name, True)
+            if value is not None and any(value is arg.value for arg in ranked):
+                names.add(name)
+        return names
+
+    params, init_params = filled(call, method), filled(built, init)
+    if len(params) + len(init_params) != len(ranked):
+        return None
+    attributes: set = set()
+    stack: list = [init.body] if init is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute):
+            stack.append(node.value)  # `self.device`: `device` there is the attribute's name
+            continue
+        stack.extend(children_of(node))
+        if not (isinstance(node, cst.Name) and node.value in init_params):
+            continue
+        statement = other.parent(node)
+        if isinstance(statement, cst.Param) or isinstance(statement, cst.Assign) and statement.value is node and len(
+                statement.targets) == 1 and dotted_name(statement.targets[0].target) is not None and dotted_name(
+                statement.targets[0].target).startswith("self."):
+            if isinstance(statement, cst.Assign):
+                attributes.add(statement.targets[0].target.attr.value)
+            continue
+        return None  # `super().__init__(rank)`, `self.log = Logger(rank)`: the rank goes on elsewhere
+    return attributes, params
+
+
+def _carries_rank(expr: cst.CSTNode, carriers: tuple[set, set]) -> bool:
+    """Whether `expr` reads a rank the object was handed (`self.device == 0`, a parameter filled
+    with the rank), or calls a method of `self` that may."""
+    attributes, params = carriers
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+            if node.attr.value in attributes:
+                return True
+        elif isinstance(node, cst.Name) and node.value in params:
+            return True
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) == "self" \
+                and (attributes or params):
+            if any(_carries_rank(arg.value, carriers) for arg in node.args) or not node.args:
+                return True  # `if self.is_lead():` may read it
+        stack.extend(children_of(node))
+    return False
 
 
 def _saving_objects_built(model: SemanticModel, project) -> set[str]:
@@ -549,7 +623,7 @@ def _saves_in_project_methods(model: SemanticModel, methods) -> Iterator[Violati
     """A `torch.save` in a method of a project class (another file) that this file calls on
     every rank through an instance (`stopper(loss, model, path)` runs `__call__`, which calls
     `self.save_checkpoint(...)`), with no rank test on the way: reported at the save."""
-    for call, built, other, method in methods:
+    for call, built, other, method, carriers in methods:
         if every_rank_reaches(model, call) is None:
             continue
         for site in other.calls:
@@ -565,6 +639,10 @@ def _saves_in_project_methods(model: SemanticModel, methods) -> Iterator[Violati
                 continue
             if any(on_single_process_branch(other, node) for node in (save, *route)):
                 continue  # `if get_world_size() == 1:`: one process, nothing else writes
+            if any(_carries_rank(test, carriers) for node in (save, *route) for test, _ in guard_tests(other, node)):
+                continue  # `if self.device == 0:` with `Fitter(..., device=rank)`: the rank it was handed
+            if any(_carries_rank(node, carriers) for node in (*save.args, *(arg for c in route for arg in c.args))):
+                continue  # `f"{out}/ckpt{self.device}.pt"`, or the rank handed on to another method
             if any(_constructor_excludes(model, built, other, method, node) for node in (save, *route)):
                 continue  # `if self.accelerator is not None:` ... `else: torch.save(...)`, built with one
             if _on_one_process_path(other, multi_process_switches(other), (save, *route)):
