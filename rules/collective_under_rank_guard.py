@@ -258,6 +258,11 @@ def _inside_no_sync(model: SemanticModel, node: cst.CSTNode) -> bool:
     )
 
 
+# A class context manager's methods run around one `with` block, like the code before and
+# after a @contextmanager generator's `yield`.
+CONTEXT_HALVES = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
+
+
 def _pairing_scope(model: SemanticModel, site) -> int:
     """Where a collective's matching calls may sit: its outermost function (a closure's
     broadcast under `if rank == 0:` pairs with the enclosing function's broadcast in the
@@ -265,6 +270,8 @@ def _pairing_scope(model: SemanticModel, site) -> int:
     outermost = None
     for ancestor in model.ancestors(site.node):
         if isinstance(ancestor, cst.ClassDef):
+            if outermost is not None and outermost.name.value in CONTEXT_HALVES:
+                return id(ancestor)  # `__enter__` / `__exit__`: the two halves of one `with`
             break
         if isinstance(ancestor, cst.FunctionDef):
             outermost = ancestor
