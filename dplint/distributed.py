@@ -298,6 +298,10 @@ def _rank_beyond_world_size(model: SemanticModel, test: cst.Comparison) -> bool:
     return _rank_number(rank) is not None and _holds_world_size(model, size, 2)
 
 
+# Parameter names that, with no visible caller, hold the world size (`def run(rank, size):`).
+WORLD_SIZE_PARAMETERS = {"size", "world", "nprocs", "num_procs"}
+
+
 def _holds_world_size(model: SemanticModel, expr: cst.BaseExpression, depth: int) -> bool:
     """The world size itself: spelled so, or a name bound (or a parameter passed) only to it."""
     if _is_world_size(expr):
@@ -313,6 +317,10 @@ def _holds_world_size(model: SemanticModel, expr: cst.BaseExpression, depth: int
             return False
         passed = passed_for(model, function, binding.node)
         calls = callers_of(model, function)
+        if not calls:
+            # called through a value (`fn(rank, size)`, torch's tutorial `init_process`):
+            # beside a rank, `size` is the world size by convention
+            return expr.value in WORLD_SIZE_PARAMETERS
         return bool(passed) and len(passed) == len(calls) and all(
             _holds_world_size(model, model.value_at(value, call) or value, depth - 1)
             for value, call in zip(passed, calls))

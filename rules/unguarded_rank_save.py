@@ -454,10 +454,14 @@ def _rank_carriers(model: SemanticModel, call: cst.Call, built: cst.Call, other:
         if function is None:
             return set()
         names = set()
-        for name in _parameter_names(function):
+        known = _parameter_names(function)
+        for name in known:
             value = model.flow.parameter_argument(at, function, name, True)
             if value is not None and any(value is arg.value for arg in ranked):
                 names.add(name)
+        for arg in at.args:  # `device=rank` beside a `**config["trainer"]` the flow leaves unread
+            if arg in ranked and arg.keyword is not None and arg.keyword.value in known:
+                names.add(arg.keyword.value)
         return names
 
     params, init_params = filled(call, method), filled(built, init)
@@ -512,8 +516,6 @@ def _saving_objects_built(model: SemanticModel, project) -> set[str]:
         owner = site.qualified_name
         if owner is None or "." not in owner or owner.startswith(("torch.", "builtins.")):
             continue  # a class of this file or of no import: followed elsewhere or not at all
-        if not owner.rpartition(".")[2][:1].isupper():
-            continue  # classes are named in CapWords: `EarlyStopping(...)`, not `np.zeros(...)`
         statement = model.parent(site.node)
         if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
             continue
@@ -521,11 +523,20 @@ def _saving_objects_built(model: SemanticModel, project) -> set[str]:
         if target is None or target in names:
             continue
         try:
-            if project.mentions(owner, model, ("torch.save",)):
+            if not project.mentions(owner, model, ("torch.save",)):
+                continue
+            # classes are named in CapWords (`EarlyStopping(...)`, not `np.zeros(...)`); a
+            # lower-case one (`trainer_wBert(...)`) counts once it resolves to a class
+            if owner.rpartition(".")[2][:1].isupper() or _makes_project_class(model, site.node):
                 names.add(target)
         except Exception:
             continue
     return names
+
+
+def _makes_project_class(model: SemanticModel, call: cst.Call) -> bool:
+    callee = model.flow.callee(call)
+    return callee is not None and callee.model is not model and isinstance(callee.node, cst.ClassDef)
 
 
 def _constructor_excludes(model: SemanticModel, built: cst.Call, other: SemanticModel, method: cst.FunctionDef,
