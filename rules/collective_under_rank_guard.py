@@ -313,7 +313,7 @@ def some_ranks_route(model: SemanticModel, node: cst.CSTNode, paired: bool = Fal
     if restricted and not paired:
         return ()
     function = enclosing_function(model, node)
-    if depth <= 0 or not isinstance(function, cst.FunctionDef):
+    if depth <= 0 or not isinstance(function, cst.FunctionDef) or _memoised_and_shared(model, function):
         return None
     for call, bound in _calls_of(model, function):
         need_main = bool(own_tests) or has_rank_decorator(function)
@@ -340,13 +340,30 @@ def _caller_route(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef,
             return None
         return ()
     function = enclosing_function(model, call)
-    if depth <= 0 or not isinstance(function, cst.FunctionDef):
+    if depth <= 0 or not isinstance(function, cst.FunctionDef) or _memoised_and_shared(model, function):
         return None
     for outer, _ in _calls_of(model, function):
         route = _caller_route(model, outer, function, need_main, depth - 1)
         if route is not None:
             return (outer, *route)
     return None
+
+
+# Decorators that keep a function's results: a repeated call returns the kept value and runs
+# nothing (`functools.cache`, `functools.lru_cache`).
+MEMOISERS = {"cache", "lru_cache"}
+
+
+def _memoised_and_shared(model: SemanticModel, function: cst.FunctionDef) -> bool:
+    """`@functools.cache` on a function this file calls more than once: whether a guarded call
+    runs its body (and its collectives) or returns a value every rank already computed depends
+    on the arguments repeating, which the code can't tell."""
+    memoised = False
+    for decorator in function.decorators:
+        target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+        name = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", "")
+        memoised = memoised or name in MEMOISERS
+    return memoised and len(_calls_of(model, function)) > 1
 
 
 def _calls_in_scope(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef) -> int:
