@@ -18,7 +18,13 @@ other files: an identifier or string mentioning rank, master, main process, proc
 world/local process zero, or primary; a name bound (on any path) to such an expression; an
 attribute this file assigns such an expression to (`self.is_logger = rank == 0`,
 `args.save_logs = args.logs and is_main_process()`); a call to a function of this file that
-returns one. A machine's index (`node_rank == 0`, `args.nr == 0`, `machine_rank`) is not a
+returns one; a function of another project file whose every return is a rank test or a
+constant (`primary()`: `return dist.get_rank() == 0`); a flag bound only to constants that
+gets one of them only under a rank test (`self.verbose = False` under `if dist.get_rank() !=
+0:`). A comparison of the rank with the world size itself (`rank >= world_size`) is false on
+every rank: not a rank test. A branch taken only in a one-process job (`if
+dist.get_world_size() == 1:`) is no rank guard, but nothing else runs beside it
+(on_single_process_branch). A machine's index (`node_rank == 0`, `args.nr == 0`, `machine_rank`) is not a
 process rank: every process of that machine passes it. Where the code can't tell (a function nobody in this
 file calls, a callback), the answer is "can't tell" and rules stay silent.
 """

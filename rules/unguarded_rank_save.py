@@ -55,7 +55,16 @@ class UnguardedRankSave(Rule):
     evaluate(...)` ... `if score is not None:`, with `if rank == 0: return acc` / `return None`
     in `evaluate`), after an early exit
     (`if not is_master: return`), in a function decorated `@rank_zero_only` / `@master_only`,
-    or in a function whose calls in this file are all guarded. A machine's index
+    or in a function whose calls in this file are all guarded. A function of another project
+    file whose every `return` gives a rank test or a constant is a rank test whatever its name
+    (`if primary():` with `return dist.get_rank() == 0`, and `return True` without a process
+    group). A flag bound only to constants that gets one of its values only under a rank test
+    (`self.verbose = True` / `if args.distributed and dist.get_rank() != 0: self.verbose =
+    False`) is that rank test; one also set under a plain setting (`if args.quiet:`) is not. A
+    save under `if dist.get_world_size() == 1:` (`<= 1`, `< 2`, `not world_size() > 1`, the
+    `else` of `if world_size > 1:`) runs in a one-process job: not flagged. A test of the rank
+    against the world size itself (`if rank >= world_size: return`, `size` passed
+    `dist.get_world_size()`) excludes no rank and guards nothing. A machine's index
     (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
     A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, the process index
     `mp.spawn` passes its function first: `"final{}.pth".format(gpu)`, or a name bound to one:
@@ -76,9 +85,17 @@ class UnguardedRankSave(Rule):
     is followed too: a `torch.save` in it that no guard inside the function covers is
     reported there. So is a method of a project class that this file calls on every rank
     through an instance (`stopper(loss, model, path)` with `stopper = EarlyStopping(...)` runs
-    its `__call__`; `saver.dump(state)` runs `dump`), and the methods it calls through `self.`:
-    silent where an argument of the call or of the constructor mentions a rank (the class may
-    test it), and an `if self.accelerator is not None:` whose attribute the constructor copies
+    its `__call__`; `saver.dump(state)` runs `dump`; a lower-case class name counts once it
+    resolves to a project class), and the methods it calls through `self.`. The method's own
+    guards apply as in a function (an early `if not leader(): return` or `if dist.get_rank()
+    != 0: return` covers every later save, nested ones too, and `if leader(): self._write()`
+    the saves of `_write`). Where the call or the constructor hands the object a rank
+    (`Fitter(model, device=rank)`), a save is silent when a test on its way reads it (`if
+    self.device == 0:` with `self.device = device`, a parameter the call fills with it, a
+    `self.` method that may read it) or its path does (`f"opt{self.device}.pt"`); the other
+    saves (the final one after the loop) are judged as usual; silent throughout when the rank
+    goes where this can't follow (a base class, another object, `*args`). An
+    `if self.accelerator is not None:` whose attribute the constructor copies
     from a parameter is decided by what the constructor call passes. A callable object of this
     file (`keep = BestKeeper(out)` ... `keep(loss, net)`) is followed like a function. An `if` in the function
     that tests only a parameter the call fills with a literal (or leaves at its default) is
@@ -179,6 +196,16 @@ class UnguardedRankSave(Rule):
         # Not a multi-process script.
         "import torch\n"
         "torch.save(state, 'ckpt.pt')\n",
+        # A one-process job, and a flag only rank 0 keeps.
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('nccl')\n"
+        "if dist.get_world_size() == 1:\n"
+        "    torch.save(state, 'ckpt.pt')\n"
+        "chatty = True\n"
+        "if dist.get_rank() != 0:\n"
+        "    chatty = False\n"
+        "if chatty:\n"
+        "    torch.save(state, 'last.pt')\n",
     )
     INVALID = (
         # A machine's index is not a rank: all of the first machine's processes save.
