@@ -18,7 +18,13 @@ other files: an identifier or string mentioning rank, master, main process, proc
 world/local process zero, or primary; a name bound (on any path) to such an expression; an
 attribute this file assigns such an expression to (`self.is_logger = rank == 0`,
 `args.save_logs = args.logs and is_main_process()`); a call to a function of this file that
-returns one. A machine's index (`node_rank == 0`, `args.nr == 0`, `machine_rank`) is not a
+returns one; a function of another project file whose every return is a rank test or a
+constant (`primary()`: `return dist.get_rank() == 0`); a flag bound only to constants that
+gets one of them only under a rank test (`self.verbose = False` under `if dist.get_rank() !=
+0:`). A comparison of the rank with the world size itself (`rank >= world_size`) is false on
+every rank: not a rank test. A branch taken only in a one-process job (`if
+dist.get_world_size() == 1:`) is no rank guard, but nothing else runs beside it
+(on_single_process_branch). A machine's index (`node_rank == 0`, `args.nr == 0`, `machine_rank`) is not a
 process rank: every process of that machine passes it. Where the code can't tell (a function nobody in this
 file calls, a callback), the answer is "can't tell" and rules stay silent.
 """
@@ -206,6 +212,8 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
         return mentions_rank(model, expr.left, depth, followed) or mentions_rank(model, expr.right, depth, followed)
     if _reads_environ(expr):
         return False  # `if not os.environ.get("RANK"):`: whether the launcher set it, alike on every rank
+    if isinstance(expr, cst.Comparison) and _rank_beyond_world_size(model, expr):
+        return False  # `if rank >= world_size: return`: false on every rank, excludes none
     for node in _subtree(expr, into_calls=not followed, skip=_same_on_every_process):
         if isinstance(node, cst.Name) and is_rank_word(node.value):
             return True
@@ -218,16 +226,24 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
         if depth > 0 and isinstance(node, cst.Name) and _is_operand(model, node):
             # `is_master = rank == 0` ... `if is_master:`, on any of its assignments
             # (`log = False` then `if dist: log = rank == 0`).
-            if any(mentions_rank(model, value, depth - 1, followed=True) for value in _assigned_values(model, node)):
+            values = _assigned_values(model, node)
+            if any(mentions_rank(model, value, depth - 1, followed=True) for value in values):
+                return True
+            if _flag_set_by_rank(model, values, depth - 1):
                 return True
         if depth > 0 and isinstance(node, cst.Attribute) and _is_operand(model, node):
             # `self.is_logger = rank == 0` in `__init__`, `args.save_logs = ... and is_main_process()`.
-            if any(mentions_rank(model, value, depth - 1, followed=True) for value in attribute_values(model, node)):
+            values = attribute_values(model, node)
+            if any(mentions_rank(model, value, depth - 1, followed=True) for value in values):
                 return True
+            if _flag_set_by_rank(model, values, depth - 1):
+                return True  # `self.verbose = True` / `if dist.get_rank() != 0: self.verbose = False`
         if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
             if any(_returns_rank_test(model, function, depth - 1) or returns_value_on_some_ranks(model, function)
                    for function in model.functions.get(node.func.value, ())):
                 return True
+        if depth > 0 and isinstance(node, cst.Call) and _imported_rank_test(model, node, depth - 1):
+            return True  # `if primary():` with `def primary(): return dist.get_rank() == 0` in utils/
         if depth > 0 and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             # `result = self.evaluate()` ... `if result is not None:`: a method of this class
             if any(returns_value_on_some_ranks(model, function) for function in called_functions(model, node.func, node)):
@@ -235,6 +251,87 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
         if depth > 0 and followed and isinstance(node, cst.Call) and _imported_returns_on_some_ranks(model, node):
             return True  # `stats = evaluate(...)` with `from engine import evaluate`, then `if stats:`
     return False
+
+
+def _flag_set_by_rank(model: SemanticModel, values: list, depth: int) -> bool:
+    """A flag bound only to constants, one of which it gets only under a rank test:
+    `self.verbose = True` then `if args.distributed and dist.get_rank() != 0: self.verbose =
+    False` (or `save = False` / `if rank == 0: save = True`). Reading it is that rank test.
+    A flag that some assignment of each value sets without a rank test (`if args.quiet:
+    self.verbose = False`) is configuration, the same on every rank."""
+    if len(values) < 2:
+        return False
+    by_value: dict = {}
+    for value in values:
+        try:
+            constant = literal_value(value)
+        except ValueError:
+            return False
+        by_value.setdefault(constant, []).append(value)
+    if len(by_value) < 2:
+        return False
+    return any(all(_assigned_under_rank_test(model, value, depth) for value in assigned)
+               for assigned in by_value.values())
+
+
+def _assigned_under_rank_test(model: SemanticModel, value: cst.CSTNode, depth: int) -> bool:
+    """Whether the assignment of `value` sits, in its function, under an `if` whose test
+    involves a rank."""
+    child = value
+    for ancestor in model.ancestors(value):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.If) and child is not ancestor.test and mentions_rank(model, ancestor.test, depth):
+            return True
+        child = ancestor
+    return False
+
+
+def _rank_beyond_world_size(model: SemanticModel, test: cst.Comparison) -> bool:
+    """`rank >= world_size` (or `world_size <= rank`) with the world size itself on the other
+    side (`dist.get_world_size()`, or a name or parameter every caller fills with it): torch's
+    `get_rank()` is always below `get_world_size()`, so no rank passes it. A smaller bound (a
+    process grid's size) keeps the test a rank guard."""
+    if len(test.comparisons) != 1:
+        return False
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(operator, cst.GreaterThanEqual):
+        rank, size = test.left, right
+    elif isinstance(operator, cst.LessThanEqual):
+        rank, size = right, test.left
+    else:
+        return False
+    return _rank_number(rank) is not None and _holds_world_size(model, size, 2)
+
+
+# Parameter names that, with no visible caller, hold the world size (`def run(rank, size):`).
+WORLD_SIZE_PARAMETERS = {"size", "world", "nprocs", "num_procs"}
+
+
+def _holds_world_size(model: SemanticModel, expr: cst.BaseExpression, depth: int) -> bool:
+    """The world size itself: spelled so, or a name bound (or a parameter passed) only to it."""
+    if _is_world_size(expr):
+        return True
+    if depth == 0 or not isinstance(expr, cst.Name) or expr not in model._order:
+        return False
+    binding = model.binding_at(expr.value, expr)
+    if binding is None:
+        return False
+    if isinstance(binding.node, cst.Param):
+        function = enclosing_function(model, expr)
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        passed = passed_for(model, function, binding.node)
+        calls = callers_of(model, function)
+        if not calls:
+            # called through a value (`fn(rank, size)`, torch's tutorial `init_process`):
+            # beside a rank, `size` is the world size by convention
+            return expr.value in WORLD_SIZE_PARAMETERS
+        return bool(passed) and len(passed) == len(calls) and all(
+            _holds_world_size(model, model.value_at(value, call) or value, depth - 1)
+            for value, call in zip(passed, calls))
+    values = _assigned_values(model, expr)
+    return bool(values) and all(_holds_world_size(model, value, depth - 1) for value in values)
 
 
 def is_rank_word(text: str) -> bool:
@@ -352,6 +449,54 @@ def _last_identifier(expr: cst.BaseExpression) -> str:
 def _returns_rank_test(model: SemanticModel, function: cst.FunctionDef, depth: int) -> bool:
     returns = [node for node in _subtree(function.body) if isinstance(node, cst.Return) and node.value is not None]
     return any(mentions_rank(model, statement.value, depth) for statement in returns)
+
+
+_RANK_HELPERS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _imported_rank_test(model: SemanticModel, call: cst.Call, depth: int) -> bool:
+    """A call of a function of another project file whose every return is a rank test or a
+    constant, whatever its name: `primary()` with `if not dist.is_initialized(): return True`
+    / `return dist.get_rank() == 0`, `leader()` with `return rank_now() == 0`."""
+    name = dotted_name(call.func)
+    project = getattr(model, "project", None)
+    if name is None or project is None or name.partition(".")[0] not in model.imports:
+        return False
+    try:
+        qualified = model.qualified_name(call.func)
+        if qualified is None or qualified.startswith("torch.") or not project.mentions(qualified, model, _RANK_TEXT):
+            return False  # read as text first: parse no file whose function names no rank
+        callee = model.flow.callee(call)
+    except Exception:
+        return False
+    if callee is None or callee.model is model or not isinstance(callee.node, cst.FunctionDef):
+        return False
+    known = _RANK_HELPERS.setdefault(callee.model, {})
+    key = (callee.node, depth)
+    if key not in known:
+        known[key] = False  # while deciding
+        known[key] = _returns_only_rank_tests(callee.model, callee.node, depth)
+    return known[key]
+
+
+def _returns_only_rank_tests(model: SemanticModel, function: cst.FunctionDef, depth: int) -> bool:
+    """Every `return` of the function gives a constant or a value involving a rank, and one
+    does (nested definitions left out)."""
+    nested = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+    returns = [node for node in _subtree(function.body, skip=lambda n: n is not function.body and isinstance(n, nested))
+               if isinstance(node, cst.Return)]
+    if not returns or any(statement.value is None for statement in returns):
+        return False
+    ranked = False
+    for statement in returns:
+        if mentions_rank(model, statement.value, depth):
+            ranked = True
+            continue
+        try:
+            literal_value(statement.value)
+        except ValueError:
+            return False
+    return ranked
 
 
 def _imported_returns_on_some_ranks(model: SemanticModel, call: cst.Call) -> bool:
@@ -516,6 +661,53 @@ def guard_tests(model: SemanticModel, node: cst.CSTNode) -> list[tuple[cst.BaseE
                         found.append((sibling.test, True))
         child = ancestor
     return found
+
+
+# The number of processes of the job: `dist.get_world_size()` (or a project helper of that
+# name), `world_size`, `args.world_size`, `accelerator.num_processes`.
+WORLD_SIZE_WORDS = re.compile(r"(^|_)world_?size$|^num_processes$", re.IGNORECASE)
+
+
+def on_single_process_branch(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """Whether the node, in its function, runs only when the job is one process: under
+    `if dist.get_world_size() == 1:` (`<= 1`, `< 2`), in the `else` of `if world_size > 1:`
+    (`!= 1`, `>= 2`), or after `if world_size > 1: return`. With one process nothing else
+    writes or waits, like on rank 0 alone."""
+    return any(_one_process_answer(test) == needed for test, needed in guard_tests(model, node))
+
+
+def _one_process_answer(test: cst.BaseExpression) -> Optional[bool]:
+    """The answer of `test` that means "one process" (True for `world_size == 1`, False for
+    `world_size > 1`), or None when the test is not about the world size."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _one_process_answer(test.expression)
+        return None if inner is None else not inner
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    operator, right, left = type(test.comparisons[0].operator), test.comparisons[0].comparator, test.left
+    if _is_world_size(right) and isinstance(left, cst.Integer):
+        left, right = right, left  # `1 == world_size`
+        operator = {cst.LessThan: cst.GreaterThan, cst.GreaterThan: cst.LessThan, cst.LessThanEqual: cst.GreaterThanEqual,
+                    cst.GreaterThanEqual: cst.LessThanEqual}.get(operator, operator)
+    if not (_is_world_size(left) and isinstance(right, cst.Integer)):
+        return None
+    bound = int(right.value)
+    one = {(cst.Equal, 1): True, (cst.NotEqual, 1): False, (cst.LessThanEqual, 1): True, (cst.LessThan, 2): True,
+           (cst.GreaterThan, 1): False, (cst.GreaterThanEqual, 2): False}
+    return one.get((operator, bound))
+
+
+def _is_world_size(expr: cst.BaseExpression) -> bool:
+    """`dist.get_world_size()`, `get_world_size()`, `world_size`, `args.world_size`,
+    `int(os.environ["WORLD_SIZE"])`."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "int" and len(expr.args) == 1:
+        return _is_world_size(expr.args[0].value)
+    if isinstance(expr, cst.Call) and not expr.args and isinstance(expr.func, (cst.Name, cst.Attribute)):
+        return WORLD_SIZE_WORDS.search(_last_identifier(expr.func)) is not None  # `get_world_size()`, `world_size()`
+    if isinstance(expr, cst.Subscript) and _is_environ(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        return isinstance(key, cst.SimpleString) and key.value.strip("'\"") == "WORLD_SIZE"
+    return isinstance(expr, (cst.Name, cst.Attribute)) and WORLD_SIZE_WORDS.search(_last_identifier(expr)) is not None
 
 
 def on_exclusive_branches(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:
@@ -770,7 +962,7 @@ def every_rank_reaches(model: SemanticModel, node: cst.CSTNode) -> Optional[Rout
 
 
 def _route(model: SemanticModel, node: cst.CSTNode, visiting: frozenset) -> Optional[Route]:
-    if len(visiting) > MAX_DEPTH or is_rank_guarded(model, node):
+    if len(visiting) > MAX_DEPTH or is_rank_guarded(model, node) or on_single_process_branch(model, node):
         return None
     function = enclosing_function(model, node)
     if function is None:

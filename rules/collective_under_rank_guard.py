@@ -68,7 +68,12 @@ class CollectiveUnderRankGuard(Rule):
     passes (`and not evaluate` with `evaluate=True`); a configuration part of a test may go
     either way. A call made once per branch of a rank guard counts as made on every rank, and
     so does a function the guarded call's scope also hands on as a value (`optimizer.step(closure)`
-    on rank 0, `closure()` on the others): who calls it is out of sight.
+    on rank 0, `closure()` on the others): who calls it is out of sight. The `__enter__` and
+    `__exit__` of one class pair like the halves of a `@contextmanager` generator (`if rank !=
+    leader: barrier()` on entry, `if rank == leader: barrier()` on exit). A route through a
+    function decorated `@functools.cache` / `@lru_cache` that the file calls more than once is
+    not followed: whether the guarded call runs its body or returns a value every rank already
+    computed depends on its arguments repeating.
 
     Silent under tests every rank answers alike: whether the job is distributed
     (`local_rank != -1`, `rank >= 0`), its world size, whether the group is initialised,
@@ -77,7 +82,11 @@ class CollectiveUnderRankGuard(Rule):
     for none; the rank's value, `os.environ.get("RANK") == "0"`, does count), a setting named
     after a set of ranks (`if load_on_all_ranks:`, `num_ranks`), a machine's index compared with anything
     (`group_rank == g_rank`, `node_rank == 0`: every process of a machine passes it together);
-    for early exits on anything that is not a rank (a local flag); for calls of other files.
+    for early exits on anything that is not a rank (a local flag); for calls of other files;
+    for a test of the rank against the world size itself, which no rank passes (`if rank >=
+    size: return` with `size` passed `dist.get_world_size()`, or, with no caller in sight, a
+    parameter named `size` beside the rank as in torch's `run(rank, size)` tutorial); a
+    smaller bound (a process grid's size) stays a guard.
 
     A `backward()` of a loss computed from a DistributedDataParallel's forward (the model is a
     DDP on every path) is a collective too: DDP's backward all-reduces the gradients with every
@@ -146,6 +155,12 @@ class CollectiveUnderRankGuard(Rule):
         "import torch.distributed as dist\n"
         "if args.local_rank != -1:\n"
         "    dist.all_reduce(loss)\n",
+        # No rank is at or past the world size: every rank goes on.
+        "import torch.distributed as dist\n"
+        "def run(rank, world_size, x):\n"
+        "    if rank >= world_size:\n"
+        "        return\n"
+        "    dist.all_reduce(x)\n",
         # One call per branch.
         "import torch.distributed as dist\n"
         "if rank == 0:\n"
@@ -258,6 +273,11 @@ def _inside_no_sync(model: SemanticModel, node: cst.CSTNode) -> bool:
     )
 
 
+# A class context manager's methods run around one `with` block, like the code before and
+# after a @contextmanager generator's `yield`.
+CONTEXT_HALVES = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
+
+
 def _pairing_scope(model: SemanticModel, site) -> int:
     """Where a collective's matching calls may sit: its outermost function (a closure's
     broadcast under `if rank == 0:` pairs with the enclosing function's broadcast in the
@@ -265,6 +285,8 @@ def _pairing_scope(model: SemanticModel, site) -> int:
     outermost = None
     for ancestor in model.ancestors(site.node):
         if isinstance(ancestor, cst.ClassDef):
+            if outermost is not None and outermost.name.value in CONTEXT_HALVES:
+                return id(ancestor)  # `__enter__` / `__exit__`: the two halves of one `with`
             break
         if isinstance(ancestor, cst.FunctionDef):
             outermost = ancestor
@@ -306,7 +328,7 @@ def some_ranks_route(model: SemanticModel, node: cst.CSTNode, paired: bool = Fal
     if restricted and not paired:
         return ()
     function = enclosing_function(model, node)
-    if depth <= 0 or not isinstance(function, cst.FunctionDef):
+    if depth <= 0 or not isinstance(function, cst.FunctionDef) or _memoised_and_shared(model, function):
         return None
     for call, bound in _calls_of(model, function):
         need_main = bool(own_tests) or has_rank_decorator(function)
@@ -333,13 +355,30 @@ def _caller_route(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef,
             return None
         return ()
     function = enclosing_function(model, call)
-    if depth <= 0 or not isinstance(function, cst.FunctionDef):
+    if depth <= 0 or not isinstance(function, cst.FunctionDef) or _memoised_and_shared(model, function):
         return None
     for outer, _ in _calls_of(model, function):
         route = _caller_route(model, outer, function, need_main, depth - 1)
         if route is not None:
             return (outer, *route)
     return None
+
+
+# Decorators that keep a function's results: a repeated call returns the kept value and runs
+# nothing (`functools.cache`, `functools.lru_cache`).
+MEMOISERS = {"cache", "lru_cache"}
+
+
+def _memoised_and_shared(model: SemanticModel, function: cst.FunctionDef) -> bool:
+    """`@functools.cache` on a function this file calls more than once: whether a guarded call
+    runs its body (and its collectives) or returns a value every rank already computed depends
+    on the arguments repeating, which the code can't tell."""
+    memoised = False
+    for decorator in function.decorators:
+        target = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+        name = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", "")
+        memoised = memoised or name in MEMOISERS
+    return memoised and len(_calls_of(model, function)) > 1
 
 
 def _calls_in_scope(model: SemanticModel, call: cst.Call, callee: cst.FunctionDef) -> int:

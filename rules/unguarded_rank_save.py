@@ -15,12 +15,14 @@ from dplint.distributed import (
     enclosing_function,
     ends_in_exit,
     every_rank_reaches,
+    guard_tests,
     is_multi_process,
     multi_process_switches,
     branch_tests,
     is_rank_guarded,
     mentions_rank,
     mentions_spawn_index,
+    on_single_process_branch,
     passed_for,
 )
 from dplint.rule import Example, Rule, Severity, Violation
@@ -53,7 +55,16 @@ class UnguardedRankSave(Rule):
     evaluate(...)` ... `if score is not None:`, with `if rank == 0: return acc` / `return None`
     in `evaluate`), after an early exit
     (`if not is_master: return`), in a function decorated `@rank_zero_only` / `@master_only`,
-    or in a function whose calls in this file are all guarded. A machine's index
+    or in a function whose calls in this file are all guarded. A function of another project
+    file whose every `return` gives a rank test or a constant is a rank test whatever its name
+    (`if primary():` with `return dist.get_rank() == 0`, and `return True` without a process
+    group). A flag bound only to constants that gets one of its values only under a rank test
+    (`self.verbose = True` / `if args.distributed and dist.get_rank() != 0: self.verbose =
+    False`) is that rank test; one also set under a plain setting (`if args.quiet:`) is not. A
+    save under `if dist.get_world_size() == 1:` (`<= 1`, `< 2`, `not world_size() > 1`, the
+    `else` of `if world_size > 1:`) runs in a one-process job: not flagged. A test of the rank
+    against the world size itself (`if rank >= world_size: return`, `size` passed
+    `dist.get_world_size()`) excludes no rank and guards nothing. A machine's index
     (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
     A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, the process index
     `mp.spawn` passes its function first: `"final{}.pth".format(gpu)`, or a name bound to one:
@@ -74,9 +85,17 @@ class UnguardedRankSave(Rule):
     is followed too: a `torch.save` in it that no guard inside the function covers is
     reported there. So is a method of a project class that this file calls on every rank
     through an instance (`stopper(loss, model, path)` with `stopper = EarlyStopping(...)` runs
-    its `__call__`; `saver.dump(state)` runs `dump`), and the methods it calls through `self.`:
-    silent where an argument of the call or of the constructor mentions a rank (the class may
-    test it), and an `if self.accelerator is not None:` whose attribute the constructor copies
+    its `__call__`; `saver.dump(state)` runs `dump`; a lower-case class name counts once it
+    resolves to a project class), and the methods it calls through `self.`. The method's own
+    guards apply as in a function (an early `if not leader(): return` or `if dist.get_rank()
+    != 0: return` covers every later save, nested ones too, and `if leader(): self._write()`
+    the saves of `_write`). Where the call or the constructor hands the object a rank
+    (`Fitter(model, device=rank)`), a save is silent when a test on its way reads it (`if
+    self.device == 0:` with `self.device = device`, a parameter the call fills with it, a
+    `self.` method that may read it) or its path does (`f"opt{self.device}.pt"`); the other
+    saves (the final one after the loop) are judged as usual; silent throughout when the rank
+    goes where this can't follow (a base class, another object, `*args`). An
+    `if self.accelerator is not None:` whose attribute the constructor copies
     from a parameter is decided by what the constructor call passes. A callable object of this
     file (`keep = BestKeeper(out)` ... `keep(loss, net)`) is followed like a function. An `if` in the function
     that tests only a parameter the call fills with a literal (or leaves at its default) is
@@ -177,6 +196,16 @@ class UnguardedRankSave(Rule):
         # Not a multi-process script.
         "import torch\n"
         "torch.save(state, 'ckpt.pt')\n",
+        # A one-process job, and a flag only rank 0 keeps.
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('nccl')\n"
+        "if dist.get_world_size() == 1:\n"
+        "    torch.save(state, 'ckpt.pt')\n"
+        "chatty = True\n"
+        "if dist.get_rank() != 0:\n"
+        "    chatty = False\n"
+        "if chatty:\n"
+        "    torch.save(state, 'last.pt')\n",
     )
     INVALID = (
         # A machine's index is not a rank: all of the first machine's processes save.
@@ -339,6 +368,10 @@ def _reach(caller: SemanticModel, call: cst.Call, other: SemanticModel, function
                     continue
                 decided = _decided(caller, sibling.test, call, function, params, bound)
                 if decided is None:
+                    if mentions_rank(other, sibling.test) and any(
+                            branch is not None and ends_in_exit(other, branch) for branch in (
+                                sibling.body, sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None)):
+                        guarded = True  # `if dist.get_rank() != 0: return` earlier in the method
                     continue
                 taken = sibling.body if decided else sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None
                 if taken is not None and ends_in_exit(other, taken):
@@ -368,7 +401,7 @@ def _saves_in_project_helpers(model: SemanticModel, helpers) -> Iterator[Violati
             if site.qualified_name != TORCH_SAVE or enclosing_function(other, save) is not function:
                 continue
             reached, guarded, decided = _reach(model, call, other, function, save)
-            if not reached or guarded or _target_is_per_rank(other, save):
+            if not reached or guarded or on_single_process_branch(other, save) or _target_is_per_rank(other, save):
                 continue
             if _on_one_process_path(other, multi_process_switches(other), (save,)):
                 continue  # the helper's file builds its DDP under a test this save is on the other side of
@@ -416,13 +449,90 @@ def _project_method_calls(model: SemanticModel) -> list[tuple[cst.Call, Semantic
         built = model.value_at(holder, call)
         if not isinstance(built, cst.Call) or built is holder or is_rank_guarded(model, built):
             continue  # `if rank == 0: saver = Saver(out)`: an object of one rank
-        if any(mentions_rank(model, arg.value) for arg in (*call.args, *built.args)):
-            continue
         target = called_function(model, call)
         if target is None or target[0] is model or not target[2]:
             continue
-        found.append((call, built, target[0], target[1]))
+        carriers = _rank_carriers(model, call, built, target[0], target[1])
+        if carriers is None:
+            continue  # the rank goes where we can't follow it: the class may test it
+        found.append((call, built, target[0], target[1], carriers))
     return found
+
+
+def _parameter_names(function: cst.FunctionDef) -> list[str]:
+    params = function.params
+    return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+
+
+def _rank_carriers(model: SemanticModel, call: cst.Call, built: cst.Call, other: SemanticModel,
+                   method: cst.FunctionDef) -> Optional[tuple[set, set]]:
+    """Where the rank that this file hands the object lands: (attributes of `self` that the
+    constructor copies a rank-carrying parameter into, parameters of `method` the call fills
+    with a rank): `Fitter(model, device=rank)` with `self.device = device`. Empty sets when
+    no argument mentions a rank; None when one does and it goes elsewhere (into another call,
+    a `*args`, a base class)."""
+    ranked = [arg for arg in (*call.args, *built.args) if mentions_rank(model, arg.value)]
+    if not ranked:
+        return set(), set()
+    owner = other.parent(other.parent(method))
+    init = class_method(owner, "__init__") if isinstance(owner, cst.ClassDef) else None
+
+    def filled(at: cst.Call, function: Optional[cst.FunctionDef]) -> set:
+        if function is None:
+            return set()
+        names = set()
+        known = _parameter_names(function)
+        for name in known:
+            value = model.flow.parameter_argument(at, function, name, True)
+            if value is not None and any(value is arg.value for arg in ranked):
+                names.add(name)
+        for arg in at.args:  # `device=rank` beside a `**config["trainer"]` the flow leaves unread
+            if arg in ranked and arg.keyword is not None and arg.keyword.value in known:
+                names.add(arg.keyword.value)
+        return names
+
+    params, init_params = filled(call, method), filled(built, init)
+    if len(params) + len(init_params) != len(ranked):
+        return None
+    attributes: set = set()
+    stack: list = [init.body] if init is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute):
+            stack.append(node.value)  # `self.device`: `device` there is the attribute's name
+            continue
+        stack.extend(children_of(node))
+        if not (isinstance(node, cst.Name) and node.value in init_params):
+            continue
+        statement = other.parent(node)
+        if isinstance(statement, cst.Param) or isinstance(statement, cst.Assign) and statement.value is node and len(
+                statement.targets) == 1 and dotted_name(statement.targets[0].target) is not None and dotted_name(
+                statement.targets[0].target).startswith("self."):
+            if isinstance(statement, cst.Assign):
+                attributes.add(statement.targets[0].target.attr.value)
+            continue
+        return None  # `super().__init__(rank)`, `self.log = Logger(rank)`: the rank goes on elsewhere
+    return attributes, params
+
+
+def _carries_rank(expr: cst.CSTNode, carriers: tuple[set, set]) -> bool:
+    """Whether `expr` reads a rank the object was handed (`self.device == 0`, a parameter filled
+    with the rank), or calls a method of `self` that may."""
+    attributes, params = carriers
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+            if node.attr.value in attributes:
+                return True
+        elif isinstance(node, cst.Name) and node.value in params:
+            return True
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) == "self" \
+                and (attributes or params):
+            if any(_carries_rank(arg.value, carriers) for arg in node.args) or not node.args:
+                return True  # `if self.is_lead():` may read it
+        stack.extend(children_of(node))
+    return False
 
 
 def _saving_objects_built(model: SemanticModel, project) -> set[str]:
@@ -433,8 +543,6 @@ def _saving_objects_built(model: SemanticModel, project) -> set[str]:
         owner = site.qualified_name
         if owner is None or "." not in owner or owner.startswith(("torch.", "builtins.")):
             continue  # a class of this file or of no import: followed elsewhere or not at all
-        if not owner.rpartition(".")[2][:1].isupper():
-            continue  # classes are named in CapWords: `EarlyStopping(...)`, not `np.zeros(...)`
         statement = model.parent(site.node)
         if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
             continue
@@ -442,11 +550,20 @@ def _saving_objects_built(model: SemanticModel, project) -> set[str]:
         if target is None or target in names:
             continue
         try:
-            if project.mentions(owner, model, ("torch.save",)):
+            if not project.mentions(owner, model, ("torch.save",)):
+                continue
+            # classes are named in CapWords (`EarlyStopping(...)`, not `np.zeros(...)`); a
+            # lower-case one (`trainer_wBert(...)`) counts once it resolves to a class
+            if owner.rpartition(".")[2][:1].isupper() or _makes_project_class(model, site.node):
                 names.add(target)
         except Exception:
             continue
     return names
+
+
+def _makes_project_class(model: SemanticModel, call: cst.Call) -> bool:
+    callee = model.flow.callee(call)
+    return callee is not None and callee.model is not model and isinstance(callee.node, cst.ClassDef)
 
 
 def _constructor_excludes(model: SemanticModel, built: cst.Call, other: SemanticModel, method: cst.FunctionDef,
@@ -544,7 +661,7 @@ def _saves_in_project_methods(model: SemanticModel, methods) -> Iterator[Violati
     """A `torch.save` in a method of a project class (another file) that this file calls on
     every rank through an instance (`stopper(loss, model, path)` runs `__call__`, which calls
     `self.save_checkpoint(...)`), with no rank test on the way: reported at the save."""
-    for call, built, other, method in methods:
+    for call, built, other, method, carriers in methods:
         if every_rank_reaches(model, call) is None:
             continue
         for site in other.calls:
@@ -558,6 +675,12 @@ def _saves_in_project_methods(model: SemanticModel, methods) -> Iterator[Violati
             reached, guarded, _ = _reach(model, call, other, method, first, bound=True)
             if not reached or guarded or (route and is_rank_guarded(other, save)) or _target_is_per_rank(other, save):
                 continue
+            if any(on_single_process_branch(other, node) for node in (save, *route)):
+                continue  # `if get_world_size() == 1:`: one process, nothing else writes
+            if any(_carries_rank(test, carriers) for node in (save, *route) for test, _ in guard_tests(other, node)):
+                continue  # `if self.device == 0:` with `Fitter(..., device=rank)`: the rank it was handed
+            if any(_carries_rank(node, carriers) for node in (*save.args, *(arg for c in route for arg in c.args))):
+                continue  # `f"{out}/ckpt{self.device}.pt"`, or the rank handed on to another method
             if any(_constructor_excludes(model, built, other, method, node) for node in (save, *route)):
                 continue  # `if self.accelerator is not None:` ... `else: torch.save(...)`, built with one
             if _on_one_process_path(other, multi_process_switches(other), (save, *route)):
