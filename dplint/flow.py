@@ -1491,8 +1491,23 @@ class Flow:
             if id(binding) in self._inherited_of:
                 values.extend(self._inherited_values(self._inherited_of[id(binding)], key, joined, _depth))
                 continue
+            owner = self._binding_model(binding)
+            if owner is not model:  # a base class's method that `self.m()` ran bound it: read it there
+                values.extend(owner.flow._binding_values(key, binding, joined, (), _depth) if owner is not None
+                              else [Value(model, None, joined)])
+                continue
             values.extend(self._binding_values(key, binding, joined, _context, _depth))
         return values
+
+    def _binding_model(self, binding: "Binding") -> Optional["SemanticModel"]:
+        """The model whose tree holds `binding`: this one, or, for a binding that a walk took
+        from a method of another file (`self.resume()` of a project base class), that file's
+        model (None when it is no longer loaded). Its values are read in its own file's flow."""
+        from dplint.project import owns
+
+        if binding.node is None or owns(self.model, binding.node) or self.model.project is None:
+            return self.model
+        return self.model.project.model_owning(binding.node)
 
     def _binding_values(self, key: str, binding: "Binding", joined: Path, _context: tuple, _depth: int) -> list[Value]:
         """What one binding of `key` (of this file) gives, on the path `joined`."""
