@@ -1778,15 +1778,38 @@ class Flow:
         return [Value(other, None, path)]
 
     def resolve_import(self, name: str) -> Optional[tuple["SemanticModel", cst.CSTNode]]:
-        """The other file's model and top-level node an imported name denotes (needs a project)."""
+        """The other file's model and top-level node an imported name denotes (needs a
+        project), imported by name or by a star import of a project module."""
         project = self.model.project
-        qualified = self.model.imports.get(name)
-        if project is None or qualified is None:
+        if project is None:
+            return None
+        qualified = self.model.imports.get(name) or self._star_imported_name(name)
+        if qualified is None:
             return None
         try:
             return project.resolve(qualified, self.model)
         except Exception:  # a project that cannot answer is the same as no project
             return None
+
+    def _star_imported_name(self, name: str) -> Optional[str]:
+        """`tools.keep` for a `keep` that this file binds nowhere, after `from tools import *`
+        of a project module that exports it (`Project.star_imported`)."""
+        project = self.model.project
+        if project is None or not (self.model.star_imports or self.model.relative_star_imports):
+            return None
+        try:
+            return project.star_imported(name, self.model)
+        except Exception:  # a project that cannot answer is the same as no project
+            return None
+
+    def _star_imported_callee(self, name: str) -> Optional[Callee]:
+        """The project function or class that a call of a star-imported name runs."""
+        if self._star_imported_name(name) is None:
+            return None
+        resolved = self.resolve_import(name)
+        if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+            return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
+        return None
 
     # ------------------------------------------------------------------- truthiness
     def truth(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None, path: Path = ()) -> Optional[bool]:
@@ -1872,7 +1895,7 @@ class Flow:
         if isinstance(func, cst.Name):
             name = func.value
             if name not in model.functions and name not in model.classes and (local or name not in model.imports):
-                return None
+                return None if local else self._star_imported_callee(name)
             reaching = self.reaching(name, call)
             if len({id(binding) for binding, _ in reaching}) != 1:
                 return None  # defined twice (`if fast: def step()... else: def step()...`)

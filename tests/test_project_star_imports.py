@@ -1,0 +1,116 @@
+"""Names bound by `from module import *`: a project module's star import binds what Python
+would (its literal `__all__`, else its public names), resolved to that module's definitions;
+a star import of a module outside the project cannot be read and names nothing (an explicit
+import before it keeps resolving).
+
+`fixtures/save-wrapped-state-dict/project_star_imported_save_helper/` is the project shape.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+
+from dplint.project import Project
+from dplint.semantic import SemanticModel
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def model_of(path: Path, project: Project) -> SemanticModel:
+    model = SemanticModel(cst.parse_module(path.read_text()), str(path))
+    project.register(model)
+    return model
+
+
+def callee_of(model: SemanticModel, name: str):
+    call = next(site.node for site in model.calls if isinstance(site.node.func, cst.Name) and site.node.func.value == name)
+    found = model.flow.callee(call)
+    return None if found is None else (os.path.basename(found.model.path), found.node.name.value)
+
+
+HELPERS = {
+    "tools.py": """\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def keep(state, path):
+            torch.save(state, path)
+
+        def _hidden(state):
+            return state
+
+        class Saver:
+            pass
+    """,
+    "listed.py": """\
+        __all__ = ("announce",)
+
+        def announce(text):
+            print(text)
+
+        def keep(state, path):
+            pass
+    """,
+}
+
+
+def test_a_project_star_import_binds_the_modules_public_names(tmp_path):
+    write(tmp_path, {**HELPERS, "train.py": "from tools import *\nkeep({}, 'a.pt')\n_hidden({})\nSaver()\n"})
+    project = Project((str(tmp_path),))
+    train = model_of(tmp_path / "train.py", project)
+    assert callee_of(train, "keep") == ("tools.py", "keep")
+    assert callee_of(train, "Saver") == ("tools.py", "Saver")
+    assert callee_of(train, "_hidden") is None  # a leading underscore: not bound by `*`
+
+
+def test_a_literal_dunder_all_decides_what_is_bound(tmp_path):
+    write(tmp_path, {**HELPERS, "train.py": "from tools import *\nfrom listed import *\nkeep({}, 'a.pt')\nannounce('x')\n"})
+    project = Project((str(tmp_path),))
+    train = model_of(tmp_path / "train.py", project)
+    assert callee_of(train, "announce") == ("listed.py", "announce")
+    assert callee_of(train, "keep") == ("tools.py", "keep")  # listed.py defines one too, but does not export it
+
+
+def test_the_last_star_import_that_exports_a_name_wins(tmp_path):
+    write(tmp_path, {**HELPERS, "other.py": "def keep(state, path):\n    pass\n",
+                     "train.py": "from tools import *\nfrom other import *\nkeep({}, 'a.pt')\n"})
+    project = Project((str(tmp_path),))
+    assert callee_of(model_of(tmp_path / "train.py", project), "keep") == ("other.py", "keep")
+
+
+def test_a_foreign_star_import_neither_names_nor_hides_anything(tmp_path):
+    write(tmp_path, {**HELPERS, "train.py": "from tools import keep\nfrom apex.fp16_utils import *\nkeep({}, 'a.pt')\nnetwork_to_half(1)\n"})
+    project = Project((str(tmp_path),))
+    train = model_of(tmp_path / "train.py", project)
+    assert callee_of(train, "keep") == ("tools.py", "keep")
+    assert callee_of(train, "network_to_half") is None
+    assert project.star_imported("network_to_half", train) is None
+
+
+def test_a_name_the_file_binds_itself_is_not_taken_from_a_star_import(tmp_path):
+    write(tmp_path, {**HELPERS, "train.py": "from tools import *\ndef keep(state, path):\n    pass\nkeep({}, 'a.pt')\n"})
+    project = Project((str(tmp_path),))
+    train = model_of(tmp_path / "train.py", project)
+    assert callee_of(train, "keep") == ("train.py", "keep")
+    assert project.star_imported("keep", train) is None
+
+
+def test_relative_and_package_star_imports(tmp_path):
+    write(tmp_path, {
+        "pkg/__init__.py": "from .tools import *\n",
+        "pkg/tools.py": HELPERS["tools.py"],
+        "pkg/run.py": "from . import tools\nfrom .tools import *\nkeep({}, 'a.pt')\n",
+        "main.py": "from pkg import *\nkeep({}, 'b.pt')\n",
+    })
+    project = Project((str(tmp_path),))
+    assert callee_of(model_of(tmp_path / "pkg" / "run.py", project), "keep") == ("tools.py", "keep")
+    assert callee_of(model_of(tmp_path / "main.py", project), "keep") == ("tools.py", "keep")
