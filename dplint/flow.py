@@ -1895,21 +1895,11 @@ class Flow:
         if isinstance(func, cst.Name):
             name = func.value
             if name not in model.functions and name not in model.classes and (local or name not in model.imports):
+                aliased = self._aliased_callees(name, call, local)
+                if aliased:
+                    return aliased[0] if len(aliased) == 1 else None  # several: `callees` lists them
                 return None if local else self._star_imported_callee(name)
-            reaching = self.reaching(name, call)
-            if len({id(binding) for binding, _ in reaching}) != 1:
-                return None  # defined twice (`if fast: def step()... else: def step()...`)
-            for binding, _ in reaching[:1]:
-                if isinstance(binding.node, cst.FunctionDef):
-                    return Callee(model, binding.node, _is_method(model, binding.node))
-                if isinstance(binding.node, cst.ClassDef):
-                    return Callee(model, binding.node, True)
-                if isinstance(binding.node, cst.ImportFrom) and not local:
-                    resolved = self.resolve_import(name)
-                    if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
-                        return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
-                return None
-            return None
+            return self._named_callee(name, call, local)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             scope = model.scope(call)
             if _instance_parameter(model, scope) == func.value.value:
@@ -1944,6 +1934,88 @@ class Flow:
                     method = class_method(made.node, func.attr.value)
                     if method is not None and not _is_static(method):
                         return Callee(made.model, method, True)
+        return None
+
+    def _named_callee(self, name: str, at: cst.CSTNode, local: bool) -> Optional[Callee]:
+        """The function or class of this file (or, unless `local`, imported from the project)
+        that `name` denotes at `at`: one definition only."""
+        model = self.model
+        reaching = self.reaching(name, at)
+        if len({id(binding) for binding, _ in reaching}) != 1:
+            return None  # defined twice (`if fast: def step()... else: def step()...`)
+        for binding, _ in reaching[:1]:
+            if isinstance(binding.node, cst.FunctionDef):
+                return Callee(model, binding.node, _is_method(model, binding.node))
+            if isinstance(binding.node, cst.ClassDef):
+                return Callee(model, binding.node, True)
+            if isinstance(binding.node, cst.ImportFrom) and not local:
+                resolved = self.resolve_import(name)
+                if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+                    return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
+            return None
+        return None
+
+    def callees(self, call: cst.Call, local: bool = False) -> list[Callee]:
+        """Every function or class `call` may run: `callee`'s one, or each class a local alias
+        may hold (`Exp = LongTerm` / `Exp = Anomaly` down an if/elif chain, then `Exp(args)`),
+        for a rule that follows each the way it follows each of several values."""
+        one = self.callee(call, local)
+        if one is not None:
+            return [one]
+        if isinstance(call.func, cst.Name):
+            return self._aliased_callees(call.func.value, call, local) or []
+        return []
+
+    def _aliased_callees(self, name: str, at: cst.CSTNode, local: bool, depth: int = 3) -> Optional[list[Callee]]:
+        """The definitions a local alias may hold where it is called (`Exp = Experiment`, one
+        per branch of an if/elif chain, `make = models.build`): None unless every binding
+        that reaches `at` names a function or class of the project (or, with `local`, of
+        this file)."""
+        model = self.model
+        if depth <= 0 or not any(isinstance(b.value, (cst.Name, cst.Attribute)) for b in model.bindings.get(name, ())):
+            return None  # a cheap test first: most called local names hold no definition
+        reaching = self.reaching(name, at)
+        if not reaching:
+            return None
+        found: list[Callee] = []
+        for binding, _ in reaching:
+            value = binding.value
+            if not isinstance(binding.node, (cst.Assign, cst.AnnAssign)) or not isinstance(value, (cst.Name, cst.Attribute)):
+                return None
+            if isinstance(value, cst.Name):
+                other = value.value
+                if other in model.functions or other in model.classes or (not local and other in model.imports):
+                    denoted = [self._named_callee(other, value, local)]
+                else:
+                    denoted = self._aliased_callees(other, value, local, depth - 1) or [None]
+            else:
+                denoted = [None if local else self._module_attribute_callee(value)]
+            for callee in denoted:
+                if callee is None:
+                    return None
+                if not any(c.node is callee.node for c in found):
+                    found.append(callee)
+        return found
+
+    def _module_attribute_callee(self, expr: cst.Attribute) -> Optional[Callee]:
+        """`models.Experiment` after `import models` / `from . import models`: that project
+        module's function or class."""
+        from dplint.semantic import dotted_name
+
+        model = self.model
+        dotted = dotted_name(expr)
+        head = dotted.partition(".")[0] if dotted else None
+        if model.project is None or head not in model.imports or head in model.functions or head in model.classes:
+            return None
+        qualified = model.imports[head] + dotted[len(head):]
+        if qualified.startswith("torch."):
+            return None
+        try:
+            resolved = model.project.resolve(qualified, model)
+        except Exception:
+            return None
+        if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+            return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
         return None
 
     def _method_of_class(self, model: "SemanticModel", class_node: cst.ClassDef, name: str, local: bool,

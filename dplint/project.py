@@ -1069,7 +1069,34 @@ def _calls_of(other: SemanticModel, path: str, target: tuple[str, ...], name: st
         elif len(target) == 1 or target[1] == "__init__":
             resolved = _denoted(other, expr)
             if resolved is not None and os.path.abspath(resolved[0].path) == path and _node_path(resolved[0], resolved[1]) == target[:1]:
-                return None  # passed as a value, subclassed, aliased: callers we cannot see
+                aliased = _calls_through_alias(other, expr, path, target)
+                if aliased is None:
+                    return None  # passed as a value, subclassed: callers we cannot see
+                found.extend(aliased)
+    return found
+
+
+def _calls_through_alias(other: SemanticModel, expr: cst.CSTNode, path: str, target: tuple[str, ...]) -> Optional[list]:
+    """The calls of a local alias that `expr` is assigned to (`Exp = Experiment`, often one
+    arm of an if/elif chain over task names, then `exp = Exp(args)`) that may run the
+    definition `target` of file `path`; None when the alias is used other than by calling
+    it, or `expr` is not the whole value of a one-name assignment."""
+    import libcst as cst
+
+    assign = other.parent(expr)
+    if not (isinstance(assign, cst.Assign) and assign.value is expr and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)):
+        return None
+    alias = assign.targets[0].target.value
+    found = []
+    for node, _, _ in other.references.get(alias, ()):
+        holder = other.parent(node)
+        if isinstance(holder, cst.AssignTarget):
+            continue  # the alias bound (this arm or another): its calls are what counts
+        if not (isinstance(holder, cst.Call) and holder.func is node):
+            return None  # passed on, or its attributes read: callers we cannot see
+        found.extend((other, holder, callee.bound) for callee in other.flow.callees(holder)
+                     if _is_definition(callee, path, target))
     return found
 
 
@@ -1090,10 +1117,11 @@ def _denoted(model: SemanticModel, expr: cst.CSTNode) -> Optional[tuple]:
 
     dotted = dotted_name(expr)
     head = dotted.partition(".")[0] if dotted else None
-    if head is None or head not in model.imports or model.project is None:
+    if head is None or model.project is None:
         return None
     try:
-        return model.project.resolve(model.imports[head] + dotted[len(head):], model)
+        qualified = model.imports.get(head) or model.project.star_imported(head, model)
+        return None if qualified is None else model.project.resolve(qualified + dotted[len(head):], model)
     except Exception:
         return None
 

@@ -1,4 +1,4 @@
-"""Names bound by `from module import *`: a project module's star import binds what Python
+"""Names bound by `from module import *`, and local aliases of a class (`Exp = Experiment`): a project module's star import binds what Python
 would (its literal `__all__`, else its public names), resolved to that module's definitions;
 a star import of a module outside the project cannot be read and names nothing (an explicit
 import before it keeps resolving).
@@ -114,3 +114,45 @@ def test_relative_and_package_star_imports(tmp_path):
     project = Project((str(tmp_path),))
     assert callee_of(model_of(tmp_path / "pkg" / "run.py", project), "keep") == ("tools.py", "keep")
     assert callee_of(model_of(tmp_path / "main.py", project), "keep") == ("tools.py", "keep")
+
+
+# ------------------------------------------------------------------ local class aliases
+def test_a_local_alias_of_a_class_is_called_as_the_class(tmp_path):
+    write(tmp_path, {**HELPERS, "run.py": "from tools import Saver\nMaker = Saver\nmade = Maker()\n"})
+    project = Project((str(tmp_path),))
+    assert callee_of(model_of(tmp_path / "run.py", project), "Maker") == ("tools.py", "Saver")
+
+
+def test_an_alias_chosen_down_an_if_chain_has_one_callee_per_arm(tmp_path):
+    write(tmp_path, {**HELPERS, "run.py": """\
+        import sys
+        import tools
+        from listed import announce
+        if sys.argv[1] == "a":
+            Maker = tools.Saver
+        else:
+            Maker = announce
+        Maker()
+    """})
+    project = Project((str(tmp_path),))
+    run = model_of(tmp_path / "run.py", project)
+    call = next(site.node for site in run.calls if isinstance(site.node.func, cst.Name) and site.node.func.value == "Maker")
+    assert run.flow.callee(call) is None  # not one definition
+    assert sorted((os.path.basename(c.model.path), c.node.name.value) for c in run.flow.callees(call)) == [
+        ("listed.py", "announce"), ("tools.py", "Saver")]
+
+
+def test_an_alias_that_may_hold_anything_else_has_no_callee(tmp_path):
+    write(tmp_path, {**HELPERS, "run.py": "import sys\nfrom tools import Saver\nMaker = Saver\nif sys.argv:\n    Maker = sys.argv[0]\nMaker()\n"})
+    project = Project((str(tmp_path),))
+    run = model_of(tmp_path / "run.py", project)
+    call = next(site.node for site in run.calls if isinstance(site.node.func, cst.Name) and site.node.func.value == "Maker")
+    assert run.flow.callee(call) is None and run.flow.callees(call) == []
+
+
+def test_the_callers_of_a_constructor_include_the_calls_of_its_aliases(tmp_path):
+    write(tmp_path, {**HELPERS, "run.py": "from tools import Saver\nMaker = Saver\nMaker()\nMaker()\n"})
+    project = Project((str(tmp_path),))
+    assert len(project._find_callers(str(tmp_path / "tools.py"), ("Saver", "__init__"))) == 2
+    write(tmp_path, {"serve.py": "from tools import Saver\nMaker = Saver\nregistry = {'s': Maker}\n"})
+    assert Project((str(tmp_path),))._find_callers(str(tmp_path / "tools.py"), ("Saver", "__init__")) is None
