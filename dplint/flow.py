@@ -1491,8 +1491,23 @@ class Flow:
             if id(binding) in self._inherited_of:
                 values.extend(self._inherited_values(self._inherited_of[id(binding)], key, joined, _depth))
                 continue
+            owner = self._binding_model(binding)
+            if owner is not model:  # a base class's method that `self.m()` ran bound it: read it there
+                values.extend(owner.flow._binding_values(key, binding, joined, (), _depth) if owner is not None
+                              else [Value(model, None, joined)])
+                continue
             values.extend(self._binding_values(key, binding, joined, _context, _depth))
         return values
+
+    def _binding_model(self, binding: "Binding") -> Optional["SemanticModel"]:
+        """The model whose tree holds `binding`: this one, or, for a binding that a walk took
+        from a method of another file (`self.resume()` of a project base class), that file's
+        model (None when it is no longer loaded). Its values are read in its own file's flow."""
+        from dplint.project import owns
+
+        if binding.node is None or owns(self.model, binding.node) or self.model.project is None:
+            return self.model
+        return self.model.project.model_owning(binding.node)
 
     def _binding_values(self, key: str, binding: "Binding", joined: Path, _context: tuple, _depth: int) -> list[Value]:
         """What one binding of `key` (of this file) gives, on the path `joined`."""
@@ -1763,15 +1778,38 @@ class Flow:
         return [Value(other, None, path)]
 
     def resolve_import(self, name: str) -> Optional[tuple["SemanticModel", cst.CSTNode]]:
-        """The other file's model and top-level node an imported name denotes (needs a project)."""
+        """The other file's model and top-level node an imported name denotes (needs a
+        project), imported by name or by a star import of a project module."""
         project = self.model.project
-        qualified = self.model.imports.get(name)
-        if project is None or qualified is None:
+        if project is None:
+            return None
+        qualified = self.model.imports.get(name) or self._star_imported_name(name)
+        if qualified is None:
             return None
         try:
             return project.resolve(qualified, self.model)
         except Exception:  # a project that cannot answer is the same as no project
             return None
+
+    def _star_imported_name(self, name: str) -> Optional[str]:
+        """`tools.keep` for a `keep` that this file binds nowhere, after `from tools import *`
+        of a project module that exports it (`Project.star_imported`)."""
+        project = self.model.project
+        if project is None or not (self.model.star_imports or self.model.relative_star_imports):
+            return None
+        try:
+            return project.star_imported(name, self.model)
+        except Exception:  # a project that cannot answer is the same as no project
+            return None
+
+    def _star_imported_callee(self, name: str) -> Optional[Callee]:
+        """The project function or class that a call of a star-imported name runs."""
+        if self._star_imported_name(name) is None:
+            return None
+        resolved = self.resolve_import(name)
+        if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+            return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
+        return None
 
     # ------------------------------------------------------------------- truthiness
     def truth(self, expr: Optional[cst.BaseExpression], at: Optional[cst.CSTNode] = None, path: Path = ()) -> Optional[bool]:
@@ -1857,21 +1895,11 @@ class Flow:
         if isinstance(func, cst.Name):
             name = func.value
             if name not in model.functions and name not in model.classes and (local or name not in model.imports):
-                return None
-            reaching = self.reaching(name, call)
-            if len({id(binding) for binding, _ in reaching}) != 1:
-                return None  # defined twice (`if fast: def step()... else: def step()...`)
-            for binding, _ in reaching[:1]:
-                if isinstance(binding.node, cst.FunctionDef):
-                    return Callee(model, binding.node, _is_method(model, binding.node))
-                if isinstance(binding.node, cst.ClassDef):
-                    return Callee(model, binding.node, True)
-                if isinstance(binding.node, cst.ImportFrom) and not local:
-                    resolved = self.resolve_import(name)
-                    if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
-                        return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
-                return None
-            return None
+                aliased = self._aliased_callees(name, call, local)
+                if aliased:
+                    return aliased[0] if len(aliased) == 1 else None  # several: `callees` lists them
+                return None if local else self._star_imported_callee(name)
+            return self._named_callee(name, call, local)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             scope = model.scope(call)
             if _instance_parameter(model, scope) == func.value.value:
@@ -1906,6 +1934,88 @@ class Flow:
                     method = class_method(made.node, func.attr.value)
                     if method is not None and not _is_static(method):
                         return Callee(made.model, method, True)
+        return None
+
+    def _named_callee(self, name: str, at: cst.CSTNode, local: bool) -> Optional[Callee]:
+        """The function or class of this file (or, unless `local`, imported from the project)
+        that `name` denotes at `at`: one definition only."""
+        model = self.model
+        reaching = self.reaching(name, at)
+        if len({id(binding) for binding, _ in reaching}) != 1:
+            return None  # defined twice (`if fast: def step()... else: def step()...`)
+        for binding, _ in reaching[:1]:
+            if isinstance(binding.node, cst.FunctionDef):
+                return Callee(model, binding.node, _is_method(model, binding.node))
+            if isinstance(binding.node, cst.ClassDef):
+                return Callee(model, binding.node, True)
+            if isinstance(binding.node, cst.ImportFrom) and not local:
+                resolved = self.resolve_import(name)
+                if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+                    return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
+            return None
+        return None
+
+    def callees(self, call: cst.Call, local: bool = False) -> list[Callee]:
+        """Every function or class `call` may run: `callee`'s one, or each class a local alias
+        may hold (`Exp = LongTerm` / `Exp = Anomaly` down an if/elif chain, then `Exp(args)`),
+        for a rule that follows each the way it follows each of several values."""
+        one = self.callee(call, local)
+        if one is not None:
+            return [one]
+        if isinstance(call.func, cst.Name):
+            return self._aliased_callees(call.func.value, call, local) or []
+        return []
+
+    def _aliased_callees(self, name: str, at: cst.CSTNode, local: bool, depth: int = 3) -> Optional[list[Callee]]:
+        """The definitions a local alias may hold where it is called (`Exp = Experiment`, one
+        per branch of an if/elif chain, `make = models.build`): None unless every binding
+        that reaches `at` names a function or class of the project (or, with `local`, of
+        this file)."""
+        model = self.model
+        if depth <= 0 or not any(isinstance(b.value, (cst.Name, cst.Attribute)) for b in model.bindings.get(name, ())):
+            return None  # a cheap test first: most called local names hold no definition
+        reaching = self.reaching(name, at)
+        if not reaching:
+            return None
+        found: list[Callee] = []
+        for binding, _ in reaching:
+            value = binding.value
+            if not isinstance(binding.node, (cst.Assign, cst.AnnAssign)) or not isinstance(value, (cst.Name, cst.Attribute)):
+                return None
+            if isinstance(value, cst.Name):
+                other = value.value
+                if other in model.functions or other in model.classes or (not local and other in model.imports):
+                    denoted = [self._named_callee(other, value, local)]
+                else:
+                    denoted = self._aliased_callees(other, value, local, depth - 1) or [None]
+            else:
+                denoted = [None if local else self._module_attribute_callee(value)]
+            for callee in denoted:
+                if callee is None:
+                    return None
+                if not any(c.node is callee.node for c in found):
+                    found.append(callee)
+        return found
+
+    def _module_attribute_callee(self, expr: cst.Attribute) -> Optional[Callee]:
+        """`models.Experiment` after `import models` / `from . import models`: that project
+        module's function or class."""
+        from dplint.semantic import dotted_name
+
+        model = self.model
+        dotted = dotted_name(expr)
+        head = dotted.partition(".")[0] if dotted else None
+        if model.project is None or head not in model.imports or head in model.functions or head in model.classes:
+            return None
+        qualified = model.imports[head] + dotted[len(head):]
+        if qualified.startswith("torch."):
+            return None
+        try:
+            resolved = model.project.resolve(qualified, model)
+        except Exception:
+            return None
+        if resolved is not None and isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+            return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
         return None
 
     def _method_of_class(self, model: "SemanticModel", class_node: cst.ClassDef, name: str, local: bool,

@@ -24,6 +24,7 @@ cache can tell when a finding must be recomputed because an imported file change
 
 from __future__ import annotations
 
+import builtins
 import copy
 import itertools
 import os
@@ -71,6 +72,7 @@ class Project:
         self._found: dict[tuple[str, str], Optional[str]] = {}  # (folder, dotted module) -> file
         self._path_edits: dict[str, list[str]] = {}  # folder -> folders its scripts add to sys.path
         self._resolved: dict[tuple[str, str], Optional[tuple[SemanticModel, cst.CSTNode]]] = {}
+        self._star_names: dict[tuple[str, str], Optional[str]] = {}  # (importer, name) -> qualified name
         self._reading: Optional[set[str]] = None  # files read while linting the current file
         self._closures: dict[tuple, dict[str, str]] = {}
         self._module_files: dict[tuple, tuple[str, ...]] = {}
@@ -538,6 +540,37 @@ class Project:
         if found is not None and self._reading is not None:
             self._reading.add(os.path.abspath(found[0].path))
         return found
+
+    def star_imported(self, name: str, importer: SemanticModel) -> Optional[str]:
+        """The qualified name (`tools.keep`) that `name`, which the importer's file binds
+        nowhere, takes from its `from tools import *` of a project module: the last such
+        import whose module exports it (the names of a literal `__all__`, else its public
+        names) and defines it there or through its own imports. A star import of a module
+        outside the project cannot be read: it is taken to export nothing, so it neither
+        hides an explicit import nor names anything. None when no project star import gives it."""
+        stars = [*importer.star_imports, *importer.relative_star_imports]
+        if not stars or name in importer.bindings or hasattr(builtins, name):
+            return None
+        key = (os.path.abspath(importer.path), name)
+        if key not in self._star_names:
+            self._star_names[key] = None  # a module that star-imports itself gives nothing
+            for module in reversed(stars):
+                qualified = module + name if module.endswith(".") else f"{module}.{name}"
+                if self._exports(module, name, importer) and self.resolve(qualified, importer) is not None:
+                    self._star_names[key] = qualified
+                    break
+        return self._star_names[key]
+
+    def _exports(self, module: str, name: str, importer: SemanticModel) -> bool:
+        """Whether `from module import *` binds `name`, as Python decides: the module's
+        `__all__` when it is a literal list or tuple, else every name not starting with `_`."""
+        for module_file, rest in self._candidates(module, importer.path):
+            other = None if rest else self.model_for(module_file)
+            if other is None:
+                return False
+            listed = _literal_all(other)
+            return name in listed if listed is not None else not name.startswith("_")
+        return False
 
     def _resolve(self, name: str, importer: SemanticModel, budget: int) -> Optional[tuple[SemanticModel, cst.CSTNode]]:
         for module_file, attributes in self._candidates(name, importer.path):
@@ -1036,7 +1069,34 @@ def _calls_of(other: SemanticModel, path: str, target: tuple[str, ...], name: st
         elif len(target) == 1 or target[1] == "__init__":
             resolved = _denoted(other, expr)
             if resolved is not None and os.path.abspath(resolved[0].path) == path and _node_path(resolved[0], resolved[1]) == target[:1]:
-                return None  # passed as a value, subclassed, aliased: callers we cannot see
+                aliased = _calls_through_alias(other, expr, path, target)
+                if aliased is None:
+                    return None  # passed as a value, subclassed: callers we cannot see
+                found.extend(aliased)
+    return found
+
+
+def _calls_through_alias(other: SemanticModel, expr: cst.CSTNode, path: str, target: tuple[str, ...]) -> Optional[list]:
+    """The calls of a local alias that `expr` is assigned to (`Exp = Experiment`, often one
+    arm of an if/elif chain over task names, then `exp = Exp(args)`) that may run the
+    definition `target` of file `path`; None when the alias is used other than by calling
+    it, or `expr` is not the whole value of a one-name assignment."""
+    import libcst as cst
+
+    assign = other.parent(expr)
+    if not (isinstance(assign, cst.Assign) and assign.value is expr and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)):
+        return None
+    alias = assign.targets[0].target.value
+    found = []
+    for node, _, _ in other.references.get(alias, ()):
+        holder = other.parent(node)
+        if isinstance(holder, cst.AssignTarget):
+            continue  # the alias bound (this arm or another): its calls are what counts
+        if not (isinstance(holder, cst.Call) and holder.func is node):
+            return None  # passed on, or its attributes read: callers we cannot see
+        found.extend((other, holder, callee.bound) for callee in other.flow.callees(holder)
+                     if _is_definition(callee, path, target))
     return found
 
 
@@ -1057,10 +1117,11 @@ def _denoted(model: SemanticModel, expr: cst.CSTNode) -> Optional[tuple]:
 
     dotted = dotted_name(expr)
     head = dotted.partition(".")[0] if dotted else None
-    if head is None or head not in model.imports or model.project is None:
+    if head is None or model.project is None:
         return None
     try:
-        return model.project.resolve(model.imports[head] + dotted[len(head):], model)
+        qualified = model.imports.get(head) or model.project.star_imported(head, model)
+        return None if qualified is None else model.project.resolve(qualified + dotted[len(head):], model)
     except Exception:
         return None
 
@@ -1104,6 +1165,23 @@ def top_level_definition(model: SemanticModel, name: str) -> Optional[cst.CSTNod
             found = None  # a re-export: the caller follows the import
             continue
         found = binding.node
+    return found
+
+
+def _literal_all(model: SemanticModel) -> Optional[set[str]]:
+    """The names of a module-level `__all__ = [...]` of string literals (None: there is none,
+    or it is built some other way and cannot be read)."""
+    import libcst as cst
+
+    found: Optional[set[str]] = None
+    for binding in model.bindings.get("__all__", ()):
+        if binding.scope.kind != "module":
+            continue
+        value = binding.value
+        if not isinstance(value, (cst.List, cst.Tuple)) or not all(
+                isinstance(element.value, cst.SimpleString) for element in value.elements):
+            return None
+        found = {element.value.evaluated_value for element in value.elements}
     return found
 
 
