@@ -76,9 +76,14 @@ class CheckpointPath:
     # `handle.name`, `args.out`: the attribute's code and the binding of its root name (the
     # same attribute of the same object names the same file).
     attribute: Optional[tuple[Binding, str]] = None
+    # A computed path spelled out (`path_spelling`): the same template over the same bindings
+    # names the same file, whether a name holds it or the save spells it inline.
+    spelling: Optional[str] = None
 
     def same_file(self, other: "CheckpointPath") -> bool:
         if self.literal is not None and self.literal == other.literal:
+            return True
+        if self.spelling is not None and self.spelling == other.spelling:
             return True
         if self.attribute is not None and other.attribute is not None:
             return self.attribute[0] is other.attribute[0] and self.attribute[1] == other.attribute[1]
@@ -659,7 +664,8 @@ def checkpoint_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at
         root_binding = model.binding_at(root.value, at) if isinstance(root, cst.Name) else None
         if root_binding is not None:
             attribute = (root_binding, model.code(expr))
-    return CheckpointPath(literal, binding, text, shape, literal is None and _temporary(model, expr, at, 3), attribute)
+    spelling = path_spelling(model, expr, at) if literal is None else None
+    return CheckpointPath(literal, binding, text, shape, literal is None and _temporary(model, expr, at, 3), attribute, spelling)
 
 
 def _temporary(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> bool:
@@ -751,6 +757,72 @@ def _shape_parts(model, expr, at, depth, outer=None) -> Optional[list[str]]:
     if value is None or value is expr and not isinstance(value, (cst.SimpleString, cst.ConcatenatedString)):
         return ["*"]
     return None
+
+
+def path_spelling(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
+    """A computed path written out with names followed to their values and `os.path.join(a, b)`
+    as `a/b` (a leading `./` dropped), each part the code cannot compute named by the binding it
+    comes from: `resume = os.path.join(run_dir, "last.pt")` ... `torch.load(resume)` and
+    `torch.save(..., os.path.join(run_dir, "last.pt"))` spell the same path when both `run_dir`
+    are one binding (a parameter, `args = parse_args()`). None when a part is neither a literal,
+    a name, an attribute/subscript of a name, an f-string, `+` nor a join of those, or when no
+    part is computed (the literal path says it)."""
+    parts = _spelling_parts(model, expr, at, MAX_DEPTH)
+    if parts is None or not any(part.startswith(_SPELLED) for part in parts):
+        return None
+    return posixpath.normpath("".join(parts))
+
+
+_SPELLED = "\x00"  # opens a computed part's token in a spelling
+
+
+def _spelling_parts(model, expr, at, depth) -> Optional[list[str]]:
+    if expr is None or depth <= 0:
+        return None
+    literal = literal_path(model, expr, at)
+    if literal is not None:
+        return [literal]
+    if isinstance(expr, cst.FormattedString):
+        parts = []
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringText):
+                parts.append(part.value)
+                continue
+            if part.format_spec or part.conversion:
+                return None
+            inner = _spelling_parts(model, part.expression, at, depth - 1)
+            if inner is None:
+                return None
+            parts.extend(inner)
+        return parts
+    if isinstance(expr, cst.Call) and model.qualified_name(expr.func) in PATH_JOINS and expr.args:
+        pieces = []
+        for arg in expr.args:
+            if arg.star or arg.keyword is not None:
+                return None
+            inner = _spelling_parts(model, arg.value, at, depth - 1)
+            if inner is None:
+                return None
+            pieces.append(inner)
+        return [part for index, piece in enumerate(pieces) for part in ([] if index == 0 else ["/"]) + piece]
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        left = _spelling_parts(model, expr.left, at, depth - 1)
+        right = _spelling_parts(model, expr.right, at, depth - 1)
+        return None if left is None or right is None else left + right
+    root, rest = expr, ""
+    while model.binding_key(root, at) is None and isinstance(root, (cst.Attribute, cst.Subscript)):
+        rest = model.code(root)[len(model.code(root.value)):] + rest
+        root = root.value
+    key = model.binding_key(root, at)
+    binding = model.binding_at(key, at) if key is not None else None
+    if binding is None:
+        return None
+    value = binding.value
+    # Followed to its value unless that is a call's result (`args = parse_args()`): the binding
+    # then names the part.
+    if not rest and value is not None and (not isinstance(value, cst.Call) or model.qualified_name(value.func) in PATH_JOINS):
+        return _spelling_parts(model, value, binding.node, depth - 1)
+    return [f"{_SPELLED}{id(binding)}{rest.replace('/', '|')}{_SPELLED}"]
 
 
 def _parameter_reached(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
