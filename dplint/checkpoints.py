@@ -589,6 +589,8 @@ def _constructed_class(model: SemanticModel, call: cst.Call, depth: int) -> Opti
         bases = [model.code(base.value) for base in model.classes[local].bases]
         return None if any("Parallel" in base for base in bases) else local
     definitions = model.functions.get(local, [])
+    if not definitions and bindings:
+        return _class_held(model, bindings)
     if len(definitions) != 1 or not all(binding.node is definitions[0] for binding in bindings):
         return None
     returns = own_returns(definitions[0])
@@ -603,6 +605,29 @@ def _constructed_class(model: SemanticModel, call: cst.Call, depth: int) -> Opti
         if found is None:
             return None
         classes.add(found)
+    return classes.pop() if len(classes) == 1 else ""
+
+
+def _class_held(model: SemanticModel, bindings: list[Binding]) -> Optional[str]:
+    """`model_cls = BertForMaskedLM` (or another class on each branch) ... `model_cls(cfg)`:
+    every binding of the name is a class of this file or an imported CapWords name, none a
+    wrapper. Its class name when there is one, else ""; None otherwise."""
+    classes = set()
+    for binding in bindings:
+        value = binding.value
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return None
+        if isinstance(value, cst.Name) and value.value in model.classes:
+            bases = [model.code(base.value) for base in model.classes[value.value].bases]
+            if any("Parallel" in base for base in bases):
+                return None
+            classes.add(value.value)
+            continue
+        name = model.qualified_name(value)
+        last = name.rsplit(".", 1)[-1] if name is not None else ""
+        if not _is_class_name(last) or "Parallel" in name or (name.startswith("torch.") and not name.startswith("torch.nn.")):
+            return None
+        classes.add(last)
     return classes.pop() if len(classes) == 1 else ""
 
 
@@ -709,6 +734,24 @@ def path_shape(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst
     if not named and len(stem.replace("*", "")) < 5:
         return None  # `f"{run}.pt"`, `f"{out}/{epoch}"`: any file
     return shape
+
+
+def shapes_may_match(saved: str, loaded: str) -> bool:
+    """Two path shapes that may name one file: the same file name (each computed field of it a
+    `*` on both sides: `best(*).th`), and folders where a `*` stands for any text, `/` included
+    (`f"./{out}/best({step}).th"` is `*/best(*).th`, `os.path.join(out, f"best({n}).th")` with
+    `out = "runs"` is `runs/best(*).th`)."""
+    if saved == loaded:
+        return True
+    saved_folder, _, saved_name = saved.rpartition("/")
+    loaded_folder, _, loaded_name = loaded.rpartition("/")
+    if saved_name != loaded_name or not saved_folder or not loaded_folder:
+        return False
+    return bool(_glob(saved_folder).fullmatch(loaded_folder) or _glob(loaded_folder).fullmatch(saved_folder))
+
+
+def _glob(shape: str) -> "re.Pattern[str]":
+    return re.compile(".*".join(re.escape(part) for part in shape.split("*")), re.DOTALL)
 
 
 _FORMAT_FIELD = re.compile(r"\{[^{}]*\}")

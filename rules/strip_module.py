@@ -15,6 +15,7 @@ from dplint.checkpoints import (
     fresh_name,
     has_multiline_string,
     literal_key,
+    shapes_may_match,
     wrapper_kind_name,
 )
 from dplint.fixes import ensure_import
@@ -329,19 +330,19 @@ class StripModule(Rule):
 
     @classmethod
     def check_project(cls, facts_by_path: dict[str, dict]) -> Iterator[Finding]:
-        saved: dict[tuple, list[tuple[str, dict]]] = {}
-        for path in sorted(facts_by_path):
-            for save in facts_by_path[path].get("saves", ()):
-                saved.setdefault((save["path"], tuple(save["keys"])), []).append((path, save))
+        saved: list[tuple[str, dict]] = [
+            (path, save) for path in sorted(facts_by_path) for save in facts_by_path[path].get("saves", ())
+        ]
         for path in sorted(facts_by_path):
             for load in facts_by_path[path].get("loads", ()):
                 # The saver may be this file too when the path is computed (`*` in its shape: in
                 # a helper, or in another function with another variable); a literal path in
                 # one file is matched by `check`.
                 savers = sorted(
-                    ((file, save) for file, save in saved.get((load["path"], tuple(load["keys"])), ())
-                     if file != path or "*" in save["path"]),
-                    key=lambda found: found[0] == path,
+                    ((file, save) for file, save in saved
+                     if save["keys"] == load["keys"] and shapes_may_match(save["path"], load["path"])
+                     and (file != path or "*" in save["path"])),
+                    key=lambda found: (found[0] == path, found[1]["path"] != load["path"]),
                 )
                 if not savers:
                     continue
