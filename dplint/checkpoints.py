@@ -1578,6 +1578,8 @@ def _state_dict_loads(model: SemanticModel):
             strict_false = False
         held = held_wrapper(model, target, call)
         bare = None if held else bare_model_class(model, target, call)
+        if bare is None and not held and _wrapped_later(model, target, call):
+            bare = ""
         loaded, consumed = _loaded_checkpoint(model, state_dict, call)
         from_wrapper = None if consumed else _unconsumed_wrapper_state_dict(model, state_dict, call)
         yield StateDictLoad(
@@ -1593,6 +1595,26 @@ def _state_dict_loads(model: SemanticModel):
             loaded=loaded,
             prefix_consumed=consumed,
         )
+
+
+def _wrapped_later(model: SemanticModel, target: cst.BaseExpression, call: cst.Call) -> bool:
+    """`self.net = build_net(...)`, `self.net.load_state_dict(...)`, then `self.net =
+    nn.DataParallel(self.net)` in the same function: whatever the factory returned, the load
+    goes into the model before its wrap, a bare one (a wrapper is not wrapped again), and
+    nothing rebinds the name in between."""
+    key = model.binding_key(target, call)
+    if key is None:
+        return False
+    function = enclosing_def(model, call)
+    at = model.order(call)
+    for wrapping in model.wrappings:
+        if not wrapping.rebinds or wrapping.inner_key != key or wrapping.order <= at:
+            continue
+        if enclosing_def(model, wrapping.call) is not function:
+            continue
+        if model.binding_at(key, wrapping.call) is model.binding_at(key, call):
+            return True
+    return False
 
 
 def _unconsumed_wrapper_state_dict(model: SemanticModel, expr, at) -> Optional[WrapperStateDict]:
