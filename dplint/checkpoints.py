@@ -1600,21 +1600,32 @@ def _state_dict_loads(model: SemanticModel):
 def _wrapped_later(model: SemanticModel, target: cst.BaseExpression, call: cst.Call) -> bool:
     """`self.net = build_net(...)`, `self.net.load_state_dict(...)`, then `self.net =
     nn.DataParallel(self.net)` in the same function: whatever the factory returned, the load
-    goes into the model before its wrap, a bare one (a wrapper is not wrapped again), and
-    nothing rebinds the name in between."""
+    goes into the model before its wrap, a bare one (a wrapper is not wrapped again). In
+    between, the name may only be rebound to a call given the model itself (`self.net =
+    convert_syncbn_model(self.net)`, `self.net, opt = amp.initialize(self.net, opt)`)."""
     key = model.binding_key(target, call)
     if key is None:
         return False
     function = enclosing_def(model, call)
     at = model.order(call)
+    spelled = model.code(target)
     for wrapping in model.wrappings:
         if not wrapping.rebinds or wrapping.inner_key != key or wrapping.order <= at:
             continue
         if enclosing_def(model, wrapping.call) is not function:
             continue
-        if model.binding_at(key, wrapping.call) is model.binding_at(key, call):
+        between = [b for b in model.bindings.get(key, ()) if at < b.order < wrapping.order]
+        if all(enclosing_def(model, b.node) is function and _converts(model, b, spelled) for b in between):
             return True
     return False
+
+
+def _converts(model: SemanticModel, binding: Binding, spelled: str) -> bool:
+    """The binding assigns a call that is given the model itself (`m = convert(m)`)."""
+    value = binding.value
+    if not isinstance(value, cst.Call) and isinstance(binding.node, cst.Assign):
+        value = binding.node.value
+    return isinstance(value, cst.Call) and any(model.code(arg.value) == spelled for arg in value.args)
 
 
 def _unconsumed_wrapper_state_dict(model: SemanticModel, expr, at) -> Optional[WrapperStateDict]:

@@ -86,3 +86,23 @@ def test_a_factory_model_wrapped_afterwards_is_bare_at_the_load():
     )
     _, found = facts(code)
     assert [load.bare_class for load in found.loads] == ["", None]
+
+
+@pytest.mark.parametrize("between, bare", [
+    ("net = nn.SyncBatchNorm.convert_sync_batchnorm(net)\n", ""),
+    ("net, opt = amp.initialize(net, opt)\n", ""),
+    ("net = make()\n", None),  # another model: the loaded one is never wrapped
+])
+def test_a_conversion_between_the_load_and_the_wrap_keeps_the_model(between, bare):
+    code = (
+        "import torch, torch.nn as nn\n"
+        "from apex import amp\n"
+        "from zoo import make\n"
+        "net = make()\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "net.load_state_dict(torch.load('a.pt'))\n"
+        + between +
+        "net = nn.DataParallel(net)\n"
+    )
+    _, found = facts(code)
+    assert found.loads[0].bare_class == bare
