@@ -66,7 +66,13 @@ class StripModule(Rule):
     name says which file it is (`f"{out}/last.pt"` and `os.path.join(ckpt_dir, "last.pt")` are
     both `*/last.pt`; `"checkpoint_{}.tar".format(epoch)` is `checkpoint_*.tar`; a name with a
     literal stem of at least 5 characters, such as `log_dir + "/segnet" + suffix` called with
-    `suffix="_best"`), and by the literal keys inside the saved dict. The save and the load may
+    `suffix="_best"`), and by the literal keys inside the saved dict. Two shapes match when
+    their file names agree and a computed folder may stand for the other's (`f"./{out}/best({i}).th"`
+    is `*/best(*).th` and matches `os.path.join("runs", f"best({n}).th")`); in one file, a
+    computed path held in a name and the same expression spelled inline (over the same bindings)
+    are one file. The target is bare when built by a constructor, by a name bound only to
+    classes (`Arch = ResNet` ... `Arch()`), or when the same function wraps it in
+    DataParallel/DDP after the load (`net = build_net()`, load, `net = nn.DataParallel(net)`). The save and the load may
     go through helpers: a function or method that `torch.save`s its parameter or the
     parameter's `state_dict()` (its path read with the caller's arguments), one that returns
     `torch.load(...)`, in this file or in the project file it is imported from. The wrapper is
