@@ -76,9 +76,14 @@ class CheckpointPath:
     # `handle.name`, `args.out`: the attribute's code and the binding of its root name (the
     # same attribute of the same object names the same file).
     attribute: Optional[tuple[Binding, str]] = None
+    # A computed path spelled out (`path_spelling`): the same template over the same bindings
+    # names the same file, whether a name holds it or the save spells it inline.
+    spelling: Optional[str] = None
 
     def same_file(self, other: "CheckpointPath") -> bool:
         if self.literal is not None and self.literal == other.literal:
+            return True
+        if self.spelling is not None and self.spelling == other.spelling:
             return True
         if self.attribute is not None and other.attribute is not None:
             return self.attribute[0] is other.attribute[0] and self.attribute[1] == other.attribute[1]
@@ -584,6 +589,8 @@ def _constructed_class(model: SemanticModel, call: cst.Call, depth: int) -> Opti
         bases = [model.code(base.value) for base in model.classes[local].bases]
         return None if any("Parallel" in base for base in bases) else local
     definitions = model.functions.get(local, [])
+    if not definitions and bindings:
+        return _class_held(model, bindings)
     if len(definitions) != 1 or not all(binding.node is definitions[0] for binding in bindings):
         return None
     returns = own_returns(definitions[0])
@@ -598,6 +605,29 @@ def _constructed_class(model: SemanticModel, call: cst.Call, depth: int) -> Opti
         if found is None:
             return None
         classes.add(found)
+    return classes.pop() if len(classes) == 1 else ""
+
+
+def _class_held(model: SemanticModel, bindings: list[Binding]) -> Optional[str]:
+    """`model_cls = BertForMaskedLM` (or another class on each branch) ... `model_cls(cfg)`:
+    every binding of the name is a class of this file or an imported CapWords name, none a
+    wrapper. Its class name when there is one, else ""; None otherwise."""
+    classes = set()
+    for binding in bindings:
+        value = binding.value
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return None
+        if isinstance(value, cst.Name) and value.value in model.classes:
+            bases = [model.code(base.value) for base in model.classes[value.value].bases]
+            if any("Parallel" in base for base in bases):
+                return None
+            classes.add(value.value)
+            continue
+        name = model.qualified_name(value)
+        last = name.rsplit(".", 1)[-1] if name is not None else ""
+        if not _is_class_name(last) or "Parallel" in name or (name.startswith("torch.") and not name.startswith("torch.nn.")):
+            return None
+        classes.add(last)
     return classes.pop() if len(classes) == 1 else ""
 
 
@@ -659,7 +689,8 @@ def checkpoint_path(model: SemanticModel, expr: Optional[cst.BaseExpression], at
         root_binding = model.binding_at(root.value, at) if isinstance(root, cst.Name) else None
         if root_binding is not None:
             attribute = (root_binding, model.code(expr))
-    return CheckpointPath(literal, binding, text, shape, literal is None and _temporary(model, expr, at, 3), attribute)
+    spelling = path_spelling(model, expr, at) if literal is None else None
+    return CheckpointPath(literal, binding, text, shape, literal is None and _temporary(model, expr, at, 3), attribute, spelling)
 
 
 def _temporary(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode, depth: int) -> bool:
@@ -703,6 +734,24 @@ def path_shape(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst
     if not named and len(stem.replace("*", "")) < 5:
         return None  # `f"{run}.pt"`, `f"{out}/{epoch}"`: any file
     return shape
+
+
+def shapes_may_match(saved: str, loaded: str) -> bool:
+    """Two path shapes that may name one file: the same file name (each computed field of it a
+    `*` on both sides: `best(*).th`), and folders where a `*` stands for any text, `/` included
+    (`f"./{out}/best({step}).th"` is `*/best(*).th`, `os.path.join(out, f"best({n}).th")` with
+    `out = "runs"` is `runs/best(*).th`)."""
+    if saved == loaded:
+        return True
+    saved_folder, _, saved_name = saved.rpartition("/")
+    loaded_folder, _, loaded_name = loaded.rpartition("/")
+    if saved_name != loaded_name or not saved_folder or not loaded_folder:
+        return False
+    return bool(_glob(saved_folder).fullmatch(loaded_folder) or _glob(loaded_folder).fullmatch(saved_folder))
+
+
+def _glob(shape: str) -> "re.Pattern[str]":
+    return re.compile(".*".join(re.escape(part) for part in shape.split("*")), re.DOTALL)
 
 
 _FORMAT_FIELD = re.compile(r"\{[^{}]*\}")
@@ -751,6 +800,72 @@ def _shape_parts(model, expr, at, depth, outer=None) -> Optional[list[str]]:
     if value is None or value is expr and not isinstance(value, (cst.SimpleString, cst.ConcatenatedString)):
         return ["*"]
     return None
+
+
+def path_spelling(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
+    """A computed path written out with names followed to their values and `os.path.join(a, b)`
+    as `a/b` (a leading `./` dropped), each part the code cannot compute named by the binding it
+    comes from: `resume = os.path.join(run_dir, "last.pt")` ... `torch.load(resume)` and
+    `torch.save(..., os.path.join(run_dir, "last.pt"))` spell the same path when both `run_dir`
+    are one binding (a parameter, `args = parse_args()`). None when a part is neither a literal,
+    a name, an attribute/subscript of a name, an f-string, `+` nor a join of those, or when no
+    part is computed (the literal path says it)."""
+    parts = _spelling_parts(model, expr, at, MAX_DEPTH)
+    if parts is None or not any(part.startswith(_SPELLED) for part in parts):
+        return None
+    return posixpath.normpath("".join(parts))
+
+
+_SPELLED = "\x00"  # opens a computed part's token in a spelling
+
+
+def _spelling_parts(model, expr, at, depth) -> Optional[list[str]]:
+    if expr is None or depth <= 0:
+        return None
+    literal = literal_path(model, expr, at)
+    if literal is not None:
+        return [literal]
+    if isinstance(expr, cst.FormattedString):
+        parts = []
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringText):
+                parts.append(part.value)
+                continue
+            if part.format_spec or part.conversion:
+                return None
+            inner = _spelling_parts(model, part.expression, at, depth - 1)
+            if inner is None:
+                return None
+            parts.extend(inner)
+        return parts
+    if isinstance(expr, cst.Call) and model.qualified_name(expr.func) in PATH_JOINS and expr.args:
+        pieces = []
+        for arg in expr.args:
+            if arg.star or arg.keyword is not None:
+                return None
+            inner = _spelling_parts(model, arg.value, at, depth - 1)
+            if inner is None:
+                return None
+            pieces.append(inner)
+        return [part for index, piece in enumerate(pieces) for part in ([] if index == 0 else ["/"]) + piece]
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        left = _spelling_parts(model, expr.left, at, depth - 1)
+        right = _spelling_parts(model, expr.right, at, depth - 1)
+        return None if left is None or right is None else left + right
+    root, rest = expr, ""
+    while model.binding_key(root, at) is None and isinstance(root, (cst.Attribute, cst.Subscript)):
+        rest = model.code(root)[len(model.code(root.value)):] + rest
+        root = root.value
+    key = model.binding_key(root, at)
+    binding = model.binding_at(key, at) if key is not None else None
+    if binding is None:
+        return None
+    value = binding.value
+    # Followed to its value unless that is a call's result (`args = parse_args()`): the binding
+    # then names the part.
+    if not rest and value is not None and (not isinstance(value, cst.Call) or model.qualified_name(value.func) in PATH_JOINS):
+        return _spelling_parts(model, value, binding.node, depth - 1)
+    return [f"{_SPELLED}{id(binding)}{rest.replace('/', '|')}{_SPELLED}"]
 
 
 def _parameter_reached(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> Optional[str]:
@@ -1463,6 +1578,8 @@ def _state_dict_loads(model: SemanticModel):
             strict_false = False
         held = held_wrapper(model, target, call)
         bare = None if held else bare_model_class(model, target, call)
+        if bare is None and not held and _wrapped_later(model, target, call):
+            bare = ""
         loaded, consumed = _loaded_checkpoint(model, state_dict, call)
         from_wrapper = None if consumed else _unconsumed_wrapper_state_dict(model, state_dict, call)
         yield StateDictLoad(
@@ -1478,6 +1595,37 @@ def _state_dict_loads(model: SemanticModel):
             loaded=loaded,
             prefix_consumed=consumed,
         )
+
+
+def _wrapped_later(model: SemanticModel, target: cst.BaseExpression, call: cst.Call) -> bool:
+    """`self.net = build_net(...)`, `self.net.load_state_dict(...)`, then `self.net =
+    nn.DataParallel(self.net)` in the same function: whatever the factory returned, the load
+    goes into the model before its wrap, a bare one (a wrapper is not wrapped again). In
+    between, the name may only be rebound to a call given the model itself (`self.net =
+    convert_syncbn_model(self.net)`, `self.net, opt = amp.initialize(self.net, opt)`)."""
+    key = model.binding_key(target, call)
+    if key is None:
+        return False
+    function = enclosing_def(model, call)
+    at = model.order(call)
+    spelled = model.code(target)
+    for wrapping in model.wrappings:
+        if not wrapping.rebinds or wrapping.inner_key != key or wrapping.order <= at:
+            continue
+        if enclosing_def(model, wrapping.call) is not function:
+            continue
+        between = [b for b in model.bindings.get(key, ()) if at < b.order < wrapping.order]
+        if all(enclosing_def(model, b.node) is function and _converts(model, b, spelled) for b in between):
+            return True
+    return False
+
+
+def _converts(model: SemanticModel, binding: Binding, spelled: str) -> bool:
+    """The binding assigns a call that is given the model itself (`m = convert(m)`)."""
+    value = binding.value
+    if not isinstance(value, cst.Call) and isinstance(binding.node, cst.Assign):
+        value = binding.node.value
+    return isinstance(value, cst.Call) and any(model.code(arg.value) == spelled for arg in value.args)
 
 
 def _unconsumed_wrapper_state_dict(model: SemanticModel, expr, at) -> Optional[WrapperStateDict]:

@@ -33,8 +33,15 @@ class StrictFalseLoad(Rule):
     when the helper returns or reads the result, rebinds the parameter, matches the keys to the
     model as below, or cannot be read (a library's `load_checkpoint(model, path,
     strict=False)`), for a load whose target the call leaves None (`load_weights(None, None,
-    state, strict=False)`: that load does not run), and when no caller passes False (the
-    parameter's default is not judged).
+    state, strict=False)`: that load does not run), and when no caller passes False.
+
+    A parameter handed on as `strict` whose default is False counts as a passed False at each
+    call that leaves it out (`def restore(net, path, exact=False): net.load_state_dict(sd,
+    strict=exact)` called as `restore(net, path)`, in this file or the project): reported at the
+    load, once however many calls take the default, with the first such call named (the load
+    is where its result goes unchecked, and the default is set on its function). Silent when
+    every call passes the parameter, when no call is seen (a library's API), and, as above,
+    for a call in a pretrained factory branch or one leaving the load's target None.
 
     Silent when the code already matches the keys to the model: the state dict is the model's
     own (`own = model.state_dict(); own.update(pretrained)`), is filtered by it (`{k: v for k, v
@@ -182,6 +189,12 @@ class StrictFalseLoad(Rule):
             "    model.load_state_dict(torch.load(path), strict=strict)\n"
             "load(net, 'last.pt', strict=False)\n"
         ),
+        # The default (False) is taken by a call that leaves `strict` out.
+        Example(
+            "def load(model, path, strict=False):\n"
+            "    model.load_state_dict(torch.load(path), strict=strict)\n"
+            "load(net, 'last.pt')\n"
+        ),
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
@@ -201,6 +214,22 @@ class StrictFalseLoad(Rule):
                     Applicability.DISPLAY,
                     "Check the result: `result = model.load_state_dict(..., strict=False)`, then inspect "
                     "`result.missing_keys` and `result.unexpected_keys`",
+                ),
+            )
+        for load, parameter, caller_model, call in _strict_false_by_default(model):
+            where = _location(model, caller_model, call)
+            yield Violation(
+                node=load.call,
+                message=(
+                    f"`strict={parameter}` is False here: `{parameter}` defaults to False and "
+                    f"`{caller_model.code(call.func)}(...)` ({where}) leaves it out, and the returned missing and "
+                    "unexpected keys are ignored: a checkpoint whose keys do not match (such as `module.`-prefixed "
+                    "keys from DataParallel/DDP) loads nothing and nobody notices"
+                ),
+                fix=Fix(
+                    Applicability.DISPLAY,
+                    "Check the result: `result = model.load_state_dict(..., strict=...)`, then inspect "
+                    "`result.missing_keys` and `result.unexpected_keys` (or default the parameter to True)",
                 ),
             )
         for call, other, load in _strict_false_through_helper(model):
@@ -245,6 +274,34 @@ def _strict_false_through_helper(model: SemanticModel) -> Iterator[tuple[cst.Cal
         for other, load in _forwarded_loads(model, call, depth=3):
             if not _pretrained_initialisation(model, call, None):
                 yield call, other, load
+                break
+
+
+def _strict_false_by_default(model: SemanticModel) -> Iterator[tuple[StateDictLoad, str, SemanticModel, cst.Call]]:
+    """(load, parameter, caller's model, call) for each unchecked load of this file whose
+    `strict` is a parameter of its function (never rebound) that defaults to False, with the
+    first call of that function (in this file or the project) that leaves it out: that call
+    loads with strict=False as surely as one passing the literal. Reported at the load, where
+    the result goes unchecked, once however many callers take the default."""
+    for load in checkpoint_facts(model).loads:
+        strict = argument(load.call, 1, "strict")
+        function = _innermost_function(model, load.call)
+        if not isinstance(strict, cst.Name) or not isinstance(function, cst.FunctionDef):
+            continue
+        params = function.params
+        default = next(
+            (p.default for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == strict.value),
+            None,
+        )
+        if default is None or not _is_false(default) or not _only_a_parameter(model, function, strict.value):
+            continue
+        if not _unchecked_load(model, load):
+            continue
+        for caller_model, call, bound in model.flow.all_call_sites(function) or ():
+            passed = caller_model.flow.parameter_argument(call, function, strict.value, bound)
+            if passed is default and not _pretrained_initialisation(caller_model, call, None) \
+                    and not _target_passed_none(caller_model, call, model, function, bound, load):
+                yield load, strict.value, caller_model, call
                 break
 
 

@@ -15,6 +15,7 @@ from dplint.checkpoints import (
     fresh_name,
     has_multiline_string,
     literal_key,
+    shapes_may_match,
     wrapper_kind_name,
 )
 from dplint.fixes import ensure_import
@@ -65,7 +66,13 @@ class StripModule(Rule):
     name says which file it is (`f"{out}/last.pt"` and `os.path.join(ckpt_dir, "last.pt")` are
     both `*/last.pt`; `"checkpoint_{}.tar".format(epoch)` is `checkpoint_*.tar`; a name with a
     literal stem of at least 5 characters, such as `log_dir + "/segnet" + suffix` called with
-    `suffix="_best"`), and by the literal keys inside the saved dict. The save and the load may
+    `suffix="_best"`), and by the literal keys inside the saved dict. Two shapes match when
+    their file names agree and a computed folder may stand for the other's (`f"./{out}/best({i}).th"`
+    is `*/best(*).th` and matches `os.path.join("runs", f"best({n}).th")`); in one file, a
+    computed path held in a name and the same expression spelled inline (over the same bindings)
+    are one file. The target is bare when built by a constructor, by a name bound only to
+    classes (`Arch = ResNet` ... `Arch()`), or when the same function wraps it in
+    DataParallel/DDP after the load (`net = build_net()`, load, `net = nn.DataParallel(net)`). The save and the load may
     go through helpers: a function or method that `torch.save`s its parameter or the
     parameter's `state_dict()` (its path read with the caller's arguments), one that returns
     `torch.load(...)`, in this file or in the project file it is imported from. The wrapper is
@@ -329,19 +336,19 @@ class StripModule(Rule):
 
     @classmethod
     def check_project(cls, facts_by_path: dict[str, dict]) -> Iterator[Finding]:
-        saved: dict[tuple, list[tuple[str, dict]]] = {}
-        for path in sorted(facts_by_path):
-            for save in facts_by_path[path].get("saves", ()):
-                saved.setdefault((save["path"], tuple(save["keys"])), []).append((path, save))
+        saved: list[tuple[str, dict]] = [
+            (path, save) for path in sorted(facts_by_path) for save in facts_by_path[path].get("saves", ())
+        ]
         for path in sorted(facts_by_path):
             for load in facts_by_path[path].get("loads", ()):
                 # The saver may be this file too when the path is computed (`*` in its shape: in
                 # a helper, or in another function with another variable); a literal path in
                 # one file is matched by `check`.
                 savers = sorted(
-                    ((file, save) for file, save in saved.get((load["path"], tuple(load["keys"])), ())
-                     if file != path or "*" in save["path"]),
-                    key=lambda found: found[0] == path,
+                    ((file, save) for file, save in saved
+                     if save["keys"] == load["keys"] and shapes_may_match(save["path"], load["path"])
+                     and (file != path or "*" in save["path"])),
+                    key=lambda found: (found[0] == path, found[1]["path"] != load["path"]),
                 )
                 if not savers:
                     continue
