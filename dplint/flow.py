@@ -1049,7 +1049,19 @@ class Flow:
         if isinstance(root, cst.Name):
             use_scope = self.model.scope(test)
             if use_scope.self_name == root.value and use_scope.class_scope is not None:
-                # `self.distributed` is one test in every method of the class.
+                # `self.distributed` is one test in every method of the class; one copied by the
+                # constructor from its argument is the caller's test (`_caller_spelling`).
+                attribute = test
+                while isinstance(attribute, (cst.Attribute, cst.Subscript, cst.Call)):
+                    inner = attribute.func if isinstance(attribute, cst.Call) else attribute.value
+                    if inner is root:
+                        break
+                    attribute = inner
+                spelled = self._caller_spelling(use_scope, attribute.attr.value) \
+                    if isinstance(attribute, cst.Attribute) and attribute.value is root and text.startswith(root.value + ".") else None
+                if spelled is not None:
+                    rest = text[len(root.value) + 1 + len(attribute.attr.value):]
+                    return Condition(spelled[0] + rest, holds, spelled[1])
                 return Condition(text, holds, id(use_scope.class_scope.node))
             owner = self.model.owner_scope(root.value, use_scope)
             scope = id(owner.node) if owner is not None and owner.kind == "function" else 0
@@ -1067,6 +1079,48 @@ class Flow:
         return Condition(text, holds, scope)
 
     def _as_instance_text(self, test: cst.Comparison, text: str) -> str:
+        """`_instance_text`, then an option the constructor copied from its argument spelled
+        as that argument's caller spells it (`_caller_spelling`)."""
+        text = self._instance_text(test, text)
+        start = 4 if text.startswith("len(self.") else 0
+        if not text[start:].startswith("self."):
+            return text
+        attribute = re.match(r"\w+", text[start + 5:])
+        scope = self.model.scope(test)
+        spelled = self._caller_spelling(scope, attribute.group(0)) if attribute and scope.self_name == "self" else None
+        if spelled is None:
+            return text
+        return text[:start] + spelled[0] + text[start + 5 + len(attribute.group(0)):]
+
+    def _caller_spelling(self, scope: "Scope", attribute: str) -> Optional[tuple[str, int]]:
+        """(text, scope id) of what `self.attribute` holds, as the one caller of the class
+        spells it, when the class's `__init__` binds it once, from its parameter (`self.procs =
+        opts.procs`, `self.args = args`), and nothing else in the file binds it: with
+        `Runner(net, opts)` the only construction (in `launch(rank, opts)`), `self.procs > 1`
+        in any method is the test `opts.procs > 1` around the caller's wrap. None otherwise."""
+        class_scope = scope.class_scope if scope is not None else None
+        if class_scope is None or not isinstance(class_scope.node, cst.ClassDef):
+            return None
+        constructor = class_method(class_scope.node, "__init__")
+        bindings = self.model.bindings.get("self." + attribute, ())
+        if constructor is None or len(bindings) != 1 or bindings[0].scope is not class_scope \
+                or not isinstance(bindings[0].node, cst.Assign) or len(bindings[0].node.targets) != 1 \
+                or _enclosing_function(self.model, bindings[0].node) is not constructor:
+            return None
+        root = value = bindings[0].value
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or root.value == _instance_parameter(self.model, self.model.scope(constructor.body)):
+            return None
+        constructor_scope = self.model.scope(constructor.body)
+        if len([b for b in self.model.bindings.get(root.value, ()) if b.scope is constructor_scope]) != 1:
+            return None  # rebound in the constructor: not the argument any more
+        passed = self._caller_argument(constructor_scope, root.value)
+        if passed is None:
+            return None
+        return passed[0] + _SPACE.sub("", self.model.code(value))[len(root.value):], passed[1]
+
+    def _instance_text(self, test: cst.Comparison, text: str) -> str:
         """A comparison on a parameter the method stores on the instance, spelled as the
         attribute (`self.config = config` ... `config["gpuid"][0] >= 0` is the test
         `self.config["gpuid"][0] >= 0` of every method of the class)."""
