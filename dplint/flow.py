@@ -1087,12 +1087,13 @@ class Flow:
             return text
         attribute = re.match(r"\w+", text[start + 5:])
         scope = self.model.scope(test)
-        spelled = self._caller_spelling(scope, attribute.group(0)) if attribute and scope.self_name == "self" else None
+        # one caller up, as the caller's own comparisons are spelled (not followed further)
+        spelled = self._caller_spelling(scope, attribute.group(0), 1) if attribute and scope.self_name == "self" else None
         if spelled is None:
             return text
         return text[:start] + spelled[0] + text[start + 5 + len(attribute.group(0)):]
 
-    def _caller_spelling(self, scope: "Scope", attribute: str) -> Optional[tuple[str, int]]:
+    def _caller_spelling(self, scope: "Scope", attribute: str, depth: int = 3) -> Optional[tuple[str, int]]:
         """(text, scope id) of what `self.attribute` holds, as the one caller of the class
         spells it, when the class's `__init__` binds it once, from its parameter (`self.procs =
         opts.procs`, `self.args = args`), and nothing else in the file binds it: with
@@ -1115,7 +1116,7 @@ class Flow:
         constructor_scope = self.model.scope(constructor.body)
         if len([b for b in self.model.bindings.get(root.value, ()) if b.scope is constructor_scope]) != 1:
             return None  # rebound in the constructor: not the argument any more
-        passed = self._caller_argument(constructor_scope, root.value)
+        passed = self._caller_argument(constructor_scope, root.value, depth)
         if passed is None:
             return None
         return passed[0] + _SPACE.sub("", self.model.code(value))[len(root.value):], passed[1]

@@ -150,3 +150,28 @@ def test_option_of_a_class_built_twice_keeps_its_own_spelling():
     )
     read = model.flow.condition(branch_tests(model, "self.procs > 1")[0], True)
     assert read.test == "self.procs>1"
+
+
+def test_copied_option_is_spelled_as_the_constructing_function_spells_it():
+    model = model_of(
+        """
+        class Runner:
+            def __init__(self, net, opts):
+                self.net = net
+                self.procs = opts.procs
+
+            def export(self):
+                return self.net.module if self.procs > 1 else self.net
+
+        def launch(opts):
+            net = make()
+            if opts.procs > 1:
+                net = DDP(net)
+            Runner(net, opts).export()
+
+        def main(args):
+            launch(args)
+        """
+    )
+    read = model.flow.condition(branch_tests(model, "self.procs > 1")[0], True)
+    assert read == wrap_test(model, "opts.procs > 1")
