@@ -431,8 +431,21 @@ class Flow:
         inherited = self._inherited_binding(owner, key)
         if inherited is not None and not any(b is inherited for b, _ in initial) \
                 and not self._base_calls(owner, key, method) and not self._constructor_replaces(owner, key, method):
-            initial.append((inherited, ()))
+            initial.extend(e for e in self._inherited_left(owner, key, method, inherited, derived) if e not in initial)
         return initial
+
+    def _inherited_left(self, owner: "Scope", key: str, method: Optional[cst.CSTNode], inherited: "Binding",
+                        derived: Optional[tuple]) -> list:
+        """What the base classes left in `self.key`, with the paths on which the class's own
+        constructor keeps it: `super().__init__(...)` then `self.setup()`, whose `if rank is not
+        None: self.task = DDP(self.task)` keeps the base's value only where the test failed.
+        Any path when the constructor does not call the base's (or is `method` itself)."""
+        constructor = class_method(owner.node, "__init__") if isinstance(owner.node, cst.ClassDef) else None
+        if constructor is None or constructor is method or not self._base_calls(owner, key, constructor):
+            return [(inherited, ())]
+        left = self._exit_state(owner, key, constructor, derived)
+        kept = [entry for entry in left or () if entry[0] is inherited]
+        return kept or [(inherited, ())]
 
     def _state_at_own_calls(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list:
         """What `self.key` holds where another method of the class calls `method` on the
@@ -891,6 +904,7 @@ class Flow:
         key = (id(test), holds)
         if key not in self._conditions:
             found = self._with_flag_origin(self._with_parts(self._condition(test, holds), test, holds), test)
+            found = self._with_branch_flag(found, test)
             self._conditions[key] = (test, found)  # keeps `test` alive: ids stay unique
         return self._conditions[key][1]
 
@@ -938,6 +952,68 @@ class Flow:
             return condition
         return Condition(condition.test, condition.holds, condition.scope, parts[len(before):], ())
 
+    def _with_branch_flag(self, condition: Condition, test: cst.BaseExpression) -> Condition:
+        """A flag bound to opposite constants in the two arms of one `if` (`if rank is not
+        None: wrapped = True; net = DDP(net)` / `else: wrapped = False`) holds exactly where
+        that arm's tests held and fails where the other arm's did; one set to a constant and
+        then to the other under some tests (`self.distributed = False` ... `if ws > 1:
+        self.distributed = True`) holds or fails, as set the second time, where those tests
+        held. A local of a function (or a global), or an attribute of the method's instance
+        (`self.distributed`, read in any method of the class), bound those two times and
+        nowhere else in the file, both in one function; unchanged otherwise."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test = test.expression
+        if condition.if_holds or condition.if_fails or test in self._flag_walks:
+            return condition
+        bindings = self._flag_bindings(test)
+        if bindings is None:
+            return condition
+        first, second = sorted(bindings, key=lambda b: b.order)
+        values = (_static(self.model, first.value), _static(self.model, second.value))
+        if values not in ((False, True), (True, False)):
+            return condition
+        if _enclosing_function(self.model, first.node) is not _enclosing_function(self.model, second.node):
+            return condition
+        self._flag_walks.add(test)
+        try:
+            if isinstance(test, cst.Name) and not any(b is first or b is second for b, _ in self.reaching(test.value, test)):
+                return condition
+            on_first, on_second = self.branch_conditions(first.node), self.branch_conditions(second.node)
+        finally:
+            self._flag_walks.discard(test)
+        common = 0
+        while common < min(len(on_first), len(on_second)) and on_first[common] == on_second[common]:
+            common += 1
+        first_parts, second_parts = on_first[common:], on_second[common:]
+        if not first_parts and second_parts:
+            # set, then set again under some tests: only the second binding says where it held
+            first_parts = ()
+        elif not (first_parts and second_parts and first_parts[0] == second_parts[0].negated()):
+            return condition  # not the two arms of one `if`
+        holds_parts, fails_parts = (second_parts, first_parts) if values[1] else (first_parts, second_parts)
+        return Condition(condition.test, condition.holds, condition.scope, holds_parts, fails_parts)
+
+    def _flag_bindings(self, test: cst.BaseExpression) -> Optional[list]:
+        """The two plain assignments of the flag `test` (a name, or `self.x` in a method), or None."""
+        scope = self.model.scope(test)
+        if isinstance(test, cst.Name):
+            owner = self.model.owner_scope(test.value, scope)
+            if owner is None or owner.kind not in ("function", "module"):
+                return None
+            bindings = [b for b in self.model.bindings.get(test.value, ()) if b.scope is owner]
+            if len(bindings) != len(self.model.bindings.get(test.value, ())):
+                return None  # also a name of another function, or `global`: not one flag
+        elif isinstance(test, cst.Attribute) and isinstance(test.value, cst.Name) \
+                and scope.self_name == test.value.value and scope.class_scope is not None:
+            bindings = [b for b in self.model.bindings.get("self." + test.attr.value, ())
+                        if b.scope is scope.class_scope]
+        else:
+            return None
+        if len(bindings) != 2 or not all(isinstance(b.node, cst.Assign) and len(b.node.targets) == 1
+                                         and b.value is not None for b in bindings):
+            return None
+        return bindings
+
     def _condition(self, test: cst.BaseExpression, holds: bool = True, aliases: int = 3) -> Condition:
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, holds = test.expression, not holds
@@ -973,7 +1049,19 @@ class Flow:
         if isinstance(root, cst.Name):
             use_scope = self.model.scope(test)
             if use_scope.self_name == root.value and use_scope.class_scope is not None:
-                # `self.distributed` is one test in every method of the class.
+                # `self.distributed` is one test in every method of the class; one copied by the
+                # constructor from its argument is the caller's test (`_caller_spelling`).
+                attribute = test
+                while isinstance(attribute, (cst.Attribute, cst.Subscript, cst.Call)):
+                    inner = attribute.func if isinstance(attribute, cst.Call) else attribute.value
+                    if inner is root:
+                        break
+                    attribute = inner
+                spelled = self._caller_spelling(use_scope, attribute.attr.value) \
+                    if isinstance(attribute, cst.Attribute) and attribute.value is root and text.startswith(root.value + ".") else None
+                if spelled is not None:
+                    rest = text[len(root.value) + 1 + len(attribute.attr.value):]
+                    return Condition(spelled[0] + rest, holds, spelled[1])
                 return Condition(text, holds, id(use_scope.class_scope.node))
             owner = self.model.owner_scope(root.value, use_scope)
             scope = id(owner.node) if owner is not None and owner.kind == "function" else 0
@@ -991,6 +1079,49 @@ class Flow:
         return Condition(text, holds, scope)
 
     def _as_instance_text(self, test: cst.Comparison, text: str) -> str:
+        """`_instance_text`, then an option the constructor copied from its argument spelled
+        as that argument's caller spells it (`_caller_spelling`)."""
+        text = self._instance_text(test, text)
+        start = 4 if text.startswith("len(self.") else 0
+        if not text[start:].startswith("self."):
+            return text
+        attribute = re.match(r"\w+", text[start + 5:])
+        scope = self.model.scope(test)
+        # one caller up, as the caller's own comparisons are spelled (not followed further)
+        spelled = self._caller_spelling(scope, attribute.group(0), 1) if attribute and scope.self_name == "self" else None
+        if spelled is None:
+            return text
+        return text[:start] + spelled[0] + text[start + 5 + len(attribute.group(0)):]
+
+    def _caller_spelling(self, scope: "Scope", attribute: str, depth: int = 3) -> Optional[tuple[str, int]]:
+        """(text, scope id) of what `self.attribute` holds, as the one caller of the class
+        spells it, when the class's `__init__` binds it once, from its parameter (`self.procs =
+        opts.procs`, `self.args = args`), and nothing else in the file binds it: with
+        `Runner(net, opts)` the only construction (in `launch(rank, opts)`), `self.procs > 1`
+        in any method is the test `opts.procs > 1` around the caller's wrap. None otherwise."""
+        class_scope = scope.class_scope if scope is not None else None
+        if class_scope is None or not isinstance(class_scope.node, cst.ClassDef):
+            return None
+        constructor = class_method(class_scope.node, "__init__")
+        bindings = self.model.bindings.get("self." + attribute, ())
+        if constructor is None or len(bindings) != 1 or bindings[0].scope is not class_scope \
+                or not isinstance(bindings[0].node, cst.Assign) or len(bindings[0].node.targets) != 1 \
+                or _enclosing_function(self.model, bindings[0].node) is not constructor:
+            return None
+        root = value = bindings[0].value
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or root.value == _instance_parameter(self.model, self.model.scope(constructor.body)):
+            return None
+        constructor_scope = self.model.scope(constructor.body)
+        if len([b for b in self.model.bindings.get(root.value, ()) if b.scope is constructor_scope]) != 1:
+            return None  # rebound in the constructor: not the argument any more
+        passed = self._caller_argument(constructor_scope, root.value, depth)
+        if passed is None:
+            return None
+        return passed[0] + _SPACE.sub("", self.model.code(value))[len(root.value):], passed[1]
+
+    def _instance_text(self, test: cst.Comparison, text: str) -> str:
         """A comparison on a parameter the method stores on the instance, spelled as the
         attribute (`self.config = config` ... `config["gpuid"][0] >= 0` is the test
         `self.config["gpuid"][0] >= 0` of every method of the class)."""
