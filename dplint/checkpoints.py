@@ -253,7 +253,8 @@ def _chain_reaches(model: SemanticModel, bindings, at: cst.CSTNode) -> bool:
     use = at
     for binding in ordered:
         try:
-            if binding.scope is not model.scope(use):
+            scope = model.scope(use)
+            if binding.scope is not scope and not (binding.key.startswith("self.") and binding.scope is scope.class_scope):
                 return True  # another function's or class's binding: the flow model judged it
             found = model.flow.reaching(binding.key, use)
         except Exception:

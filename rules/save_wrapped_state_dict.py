@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -388,4 +390,5 @@ def _resume_round_trip(model: SemanticModel, save: SavedWrapperStateDict, receiv
     loads = [load for load in facts.loads if save in facts.wrapper_saves_of(load.loaded)]
     if not loads or not all(load.target_is_wrapper is not None and load.target_wrapped_on_every_path for load in loads):
         return False
-    return f"{receiver}.module.state_dict()" in model.text
+    # `model.module.state_dict()`, or a sub-module's (`model.module.student.state_dict()`)
+    return re.search(re.escape(receiver) + r"\.module(?:\.\w+)*\.state_dict\(\)", model.text) is not None
