@@ -398,6 +398,8 @@ class Project:
         """The names of the project's functions whose text matches `word`, or calls (by name)
         one of those, `depth` calls up: which calls may reach, say, a `torch.save`. Text only,
         once per run and root; None when the project is too large to list (ask everything)."""
+        if not self.roots:
+            return None  # a run on single files: reading every project file would cost more than it saves
         root, files = self._project_files(os.path.abspath(path))
         key = (root, word, depth)
         if key not in self._mentioning:
