@@ -30,6 +30,7 @@ caller.
 from __future__ import annotations
 
 import os
+import re
 import weakref
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -797,7 +798,7 @@ def wrapper_kind(model: SemanticModel, func: cst.BaseExpression, depth: int = 6)
 
 # What the source of a class or function that is or returns a wrapper names somewhere.
 WRAPPER_WORDS = ("DataParallel", "DP(")
-WRAPPER_TEXT = "DataParallel|DP\\("  # the same, as a pattern for `may_call_function_matching`
+WRAPPER_TEXT = "|".join(map(re.escape, WRAPPER_WORDS))  # the same, as a pattern for `may_call_function_matching`
 
 
 def may_name_a_wrapper(model: SemanticModel, func: cst.BaseExpression) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -408,31 +406,22 @@ def _after_binding(model: SemanticModel, statement: cst.SimpleStatementLine, nam
     """The statement to insert after: `init_process_group`'s, or, where the block binds the
     local rank only after it (`local_rank = int(os.environ["LOCAL_RANK"])` on the next line),
     that binding, so the name is bound when set_device runs. None where a `cuda` placement
-    comes between the two, or the name is bound later in a nested block."""
+    comes between the two, or the name is bound later in a nested block only."""
     block = model.parent(statement)
     siblings = list(getattr(block, "body", ()))
     if statement not in siblings:
         return statement
     later = siblings[siblings.index(statement) + 1:]
-    binds = [s for s in later if name in _assigned_names(s)]
+    scope = model.scope(statement)
+    holders = []  # the later statements of this block that bind the name (in a nested block too)
+    for binding in model.bindings.get(name, ()):
+        if binding.scope is scope:
+            around = (binding.node, *model.ancestors(binding.node))
+            holders.extend(s for s in later if any(node is s for node in around))
+    binds = [s for s in later if any(s is h for h in holders) and isinstance(s, cst.SimpleStatementLine)]
     if not binds:
-        bound_in_a_block = re.compile(rf"(?<![\w.]){name}\s*(,[^=\n]*)?=(?!=)")
-        nested = any(bound_in_a_block.search(model.code(s)) for s in later if not isinstance(s, cst.SimpleStatementLine))
-        return None if nested else statement
+        return None if holders else statement
     between = later[: later.index(binds[0])]
     if any("cuda" in model.code(s) for s in between):
         return None
     return binds[0]
-
-
-def _assigned_names(statement: cst.CSTNode) -> set[str]:
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return set()
-    names = set()
-    for small in statement.body:
-        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
-            [small.target] if isinstance(small, (cst.AnnAssign, cst.AugAssign)) else [])
-        for target in targets:
-            elements = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
-            names.update(e.value for e in elements if isinstance(e, cst.Name))
-    return names
