@@ -25,6 +25,7 @@ from dplint.semantic import (
 )
 from dplint.distributed import enclosing_function
 from dplint.flow import class_method, consistent
+from dplint.project import may_call_function_matching
 from dplint.training import backprops, partial_callee
 
 # torch's own samplers: any of them next to a truthy `shuffle` makes DataLoader raise.
@@ -434,6 +435,11 @@ def _walk(node: cst.CSTNode):
         stack.extend(current.children)
 
 
+# Any spelling of a sampler: torch's `DistributedSampler` and a project's `...Sampler` class,
+# or a getter's `self.sampler` (what `may_call_function_matching` looks for).
+SAMPLER_TEXT = "(?i:sampler)"
+
+
 def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
     """A call of another file's function (through `model.project`) that may return a
     shuffling `DistributedSampler`: `pick_sampler(ds, distributed)` from `samplers.py`."""
@@ -441,6 +447,10 @@ def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
         return False
     dotted = dotted_name(call.func)
     if dotted is None or dotted.partition(".")[0] not in model.imports or dotted.startswith("torch"):
+        return False
+    # Text first: the construction is in the callee's file, so the callee (or a function it
+    # calls by name) spells a sampler. Resolving every imported call's callee is the costly part.
+    if not may_call_function_matching(model, call.func, SAMPLER_TEXT):
         return False
     callee = model.flow.callee(call)
     if callee is None or callee.model is model or not isinstance(callee.node, cst.FunctionDef):

@@ -11,6 +11,7 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from dplint.fast_cst import parse_module
 from dplint.registry import all_rules
 from dplint.rule import (
     Applicability,
@@ -51,9 +52,10 @@ def rules_for(codes: Iterable[str]) -> list[Rule]:
     return [rule() for rule in all_rules() if rule.code in wanted]
 
 
-def could_match(text: str, rule: Rule) -> bool:
-    """The pre-filter: can this rule possibly fire on this text? (Never parses.)"""
-    return tokens_match(text, rule.tokens)
+def could_match(text: str, rule: Rule, own: Optional[str] = None) -> bool:
+    """The pre-filter: can this rule possibly fire on this text (with `own`, the file's own
+    text when `text` adds its import closure: `Rule.anchor_tokens`)? Never parses."""
+    return tokens_match(text, rule.tokens) and tokens_match(text if own is None else own, rule.anchor_tokens)
 
 
 def parse_error_finding(path: str, message: str, row: int = 1, column: int = 1) -> Finding:
@@ -72,14 +74,14 @@ def lint_source(text: str, path: str, rules: Sequence[Rule], project=None) -> Li
     the file is analysed alone."""
     closure = project.import_closure(path, text) if project is not None else {}
     searched = text if not closure else "\n".join((text, *closure.values()))
-    active = [rule for rule in rules if could_match(searched, rule)]
+    active = [rule for rule in rules if could_match(searched, rule, text)]
     if not active:
         return LintResult(dependencies=project.hashes(closure) if closure else {})
     model = project.parsed(path, text) if project is not None else None
     if model is not None:  # parsed already, as a file an earlier one imports
         return _lint_module_guarded(text, path, model.module, active, rules, project, model)
     try:
-        module = cst.parse_module(text)
+        module = parse_module(text)
     except cst.ParserSyntaxError:
         from dplint.legacy import lint_legacy  # pre-3.7 code: `x.cuda(async=True)`
 

@@ -19,7 +19,7 @@ import io
 import tokenize
 from typing import Callable, Optional
 
-import libcst as cst
+from dplint.fast_cst import parse_module
 
 KEYWORD = "async"
 # Same length as `async`; the first one the file does not contain is used.
@@ -66,7 +66,7 @@ def lint_legacy(text: str, path: str, active, rules, project, lint_module: Calla
         return None
     new_text, placeholder = rewritten
     try:
-        module = cst.parse_module(new_text)
+        module = parse_module(new_text)
     except Exception:
         return None
     result = lint_module(new_text, path, module, active, rules, project)

@@ -75,7 +75,10 @@ class Project:
         self._star_names: dict[tuple[str, str], Optional[str]] = {}  # (importer, name) -> qualified name
         self._reading: Optional[set[str]] = None  # files read while linting the current file
         self._closures: dict[tuple, dict[str, str]] = {}
-        self._module_files: dict[tuple, tuple[str, ...]] = {}
+        self._module_files: dict[tuple, tuple[str, ...]] = {}  # (importer's folder, module) -> its file
+        self._imports_of_piece: dict[tuple, list] = {}  # (file, name) -> `_piece_imports`
+        self._module_files_of: dict[tuple, tuple[str, ...]] = {}  # (importer's path, module) -> the same
+        self._root_folders: dict[str, bool] = {}  # folder -> whether it holds a ROOT_MARKERS entry
         self._tree: dict[str, Optional[tuple[str, ...]]] = {}  # project root -> its .py files
         self._texts: dict[str, Optional[str]] = {}  # file -> text, read once (pre-filter, callers' pre-check)
         self._scans: dict[str, Optional[_ScannedText]] = {}
@@ -84,6 +87,7 @@ class Project:
         self._importer_pieces: dict[str, dict[str, str]] = {}
         self._mentioned: dict[tuple, bool] = {}  # (importer's folder, name, words, budget) -> answer
         self._file_imports: dict[str, tuple[str, list]] = {}  # file -> (its text, imported_definitions)
+        self._function_texts: dict[str, FunctionTexts] = {}  # root -> its files' functions
         self._mentioning: dict[tuple, Optional[frozenset[str]]] = {}  # (root, word, depth) -> function names
 
     # ------------------------------------------------------------------- bookkeeping
@@ -137,12 +141,11 @@ class Project:
         self._hashes[path] = content_key(source.raw)
         if len(source.raw) > MAX_FILE_BYTES:
             return None
-        import libcst as cst
-
+        from dplint.fast_cst import parse_module
         from dplint.semantic import SemanticModel
 
         try:
-            module = cst.parse_module(source.text)
+            module = parse_module(source.text)
         except Exception:  # a helper file that does not parse only hides what it defines
             return None
         try:
@@ -192,6 +195,7 @@ class Project:
     def imported_definitions(self, path: str, text: str) -> Iterator[tuple[str, Optional[str]]]:
         """(project file, imported name) pairs of `text`, found without parsing: the name is
         None for `import pkg.mod as m`, whose used attributes (`m.build(...)`) are listed."""
+        attributes = _AttributeIndex(text)
         for match in _FROM_IMPORT.finditer(text):
             module = match.group(1)
             listed = match.group(2) if match.group(2) is not None else match.group(3)
@@ -205,7 +209,7 @@ class Project:
                 found = False
                 for module_file in self._files_for_module(submodule, path):  # `from pkg import mod`
                     found = True
-                    for used in _attributes_used(text, name):
+                    for used in attributes.of(name):
                         yield module_file, used
                 if not found:
                     for module_file in self._files_for_module(module, path):
@@ -217,7 +221,7 @@ class Project:
                     continue
                 alias = words[2] if len(words) == 3 and words[1] == "as" else words[0]
                 for module_file in self._files_for_module(words[0], path):
-                    for used in _attributes_used(text, alias):
+                    for used in attributes.of(alias):
                         yield module_file, used
 
     def _imports_of_file(self, path: str, text: str) -> list[tuple[str, Optional[str]]]:
@@ -257,11 +261,11 @@ class Project:
         found: dict[str, list[str]] = {}
         seen: set = set()
         own = os.path.abspath(path)
-        frontier = [(own, text)]
+        frontier = [(own, self.imported_definitions(own, text))]
         for _ in range(depth):
             following = []
-            for importer, importer_text in frontier:
-                for other, name in self.imported_definitions(importer, importer_text):
+            for importer, imported in frontier:
+                for other, name in imported:
                     if len(seen) >= limit:
                         break
                     if (other, name) in seen or other == own:
@@ -278,11 +282,18 @@ class Project:
                             continue
                     found.setdefault(other, []).append(piece)
                     # Next level: only the imports of names this definition uses.
-                    imports = scanned.import_lines_using(set(_WORD.findall(piece)))
+                    imports = scanned.import_lines_used_by(name, piece)
                     if imports:
-                        following.append((other, "\n".join(imports) + "\n" + piece))
+                        following.append((other, self._piece_imports(other, name, imports, piece)))
             frontier = following
         return {other: "\n".join(pieces) for other, pieces in found.items()}
+
+    def _piece_imports(self, path: str, name: Optional[str], imports: list[str], piece: str) -> list:
+        """`imported_definitions` of a file's part for `name` with the import lines it uses:
+        the same for every file whose closure reaches it, so found once per run."""
+        if (path, name) not in self._imports_of_piece:
+            self._imports_of_piece[path, name] = list(self.imported_definitions(path, "\n".join(imports) + "\n" + piece))
+        return self._imports_of_piece[path, name]
 
     def importer_pieces(self, path: str) -> dict[str, str]:
         """{importer: text} of the project files that import from this one, for the
@@ -405,8 +416,9 @@ class Project:
         if key not in self._mentioning:
             self._mentioning[key] = None
             if files:
-                texts = (text for f in files if (text := self._text(f)) is not None)
-                self._mentioning[key] = functions_mentioning(texts, word, depth)
+                if root not in self._function_texts:
+                    self._function_texts[root] = FunctionTexts(text for f in files if (text := self._text(f)) is not None)
+                self._mentioning[key] = self._function_texts[root].mentioning(word, depth)
         return self._mentioning[key]
 
     def file_text(self, path: str) -> Optional[str]:
@@ -426,6 +438,11 @@ class Project:
 
     def _files_for_module(self, name: str, importer_path: str) -> tuple[str, ...]:
         """The file of module `name` as the importer would find it (empty: not a project module)."""
+        # Keyed by the importer's folder; the importer's path as given is a first key that
+        # saves making that folder absolute (asked for every import of every file).
+        known = self._module_files_of.get((importer_path, name))
+        if known is not None:
+            return known
         key = (os.path.dirname(os.path.abspath(importer_path)), name)
         if key not in self._module_files:
             found: tuple[str, ...] = ()
@@ -435,6 +452,7 @@ class Project:
                         found = (os.path.abspath(module_file),)
                     break  # the nearest folder holding any prefix of it decides, as in Python
             self._module_files[key] = found
+        self._module_files_of[importer_path, name] = self._module_files[key]
         return self._module_files[key]
 
     def hashes(self, paths) -> dict[str, str]:
@@ -671,12 +689,17 @@ class Project:
         folder = start
         for _ in range(MAX_LEVELS_UP + 1):
             yield folder
-            if folder in self.roots or any(os.path.exists(os.path.join(folder, marker)) for marker in ROOT_MARKERS):
+            if folder in self.roots or self._is_root_folder(folder):
                 return
             parent = os.path.dirname(folder)
             if parent == folder:
                 return
             folder = parent
+
+    def _is_root_folder(self, folder: str) -> bool:
+        if folder not in self._root_folders:
+            self._root_folders[folder] = any(os.path.exists(os.path.join(folder, marker)) for marker in ROOT_MARKERS)
+        return self._root_folders[folder]
 
     def _module_file(self, base: str, parts: list[str]) -> Optional[str]:
         key = (base, ".".join(parts))
@@ -761,23 +784,38 @@ def functions_mentioning(texts, word: str, depth: int = 2) -> frozenset[str]:
     """`Project.functions_mentioning` over some files' texts: `word` is a regular expression.
     In a file that binds another name to what it matches (`import ... DistributedDataParallel
     as Wrapper`, `save_fn = torch.save`), a call of that name matches too."""
-    pattern = re.compile(word)
-    found: set[str] = set()
-    bodies = []
-    for text in texts:
-        aliases = {m.group(1) or m.group(2) for m in _aliases_of(word).finditer(text)} - {None}
-        matches = re.compile("|".join([word, *(rf"\b{a}\s*\(" for a in aliases)])) if aliases else pattern
-        for name, body in function_texts(text):
-            bodies.append((name, body))
-            if matches.search(body):
-                found.add(name)
-    calls = [(name, set(_CALLED.findall(body, body.index("(") + 1))) for name, body in bodies if name not in found]
-    for _ in range(depth):
-        more = {name for name, called in calls if name not in found and not found.isdisjoint(called)}
-        if not more:
-            break
-        found |= more
-    return frozenset(found)
+    return FunctionTexts(texts).mentioning(word, depth)
+
+
+class FunctionTexts:
+    """The functions of some files' texts (`function_texts`), each with the names it calls,
+    split once: a run asks `mentioning` for several words over the same project."""
+
+    def __init__(self, texts) -> None:
+        self.files: list[tuple[str, list[tuple[str, str]]]] = [(text, list(function_texts(text))) for text in texts]
+        self._calls: Optional[list[tuple[str, set[str]]]] = None
+
+    def mentioning(self, word: str, depth: int = 2) -> frozenset[str]:
+        pattern = re.compile(word)
+        # A file without the word's letters (`save` for `save\s*\(`) can neither match nor alias it.
+        plain = re.compile(word.replace("\\(", "").replace("\\s*", ""))
+        found: set[str] = set()
+        for text, functions in self.files:
+            if not functions or not plain.search(text):
+                continue
+            aliases = {m.group(1) or m.group(2) for m in _aliases_of(word).finditer(text)} - {None}
+            matches = re.compile("|".join([word, *(rf"\b{a}\s*\(" for a in aliases)])) if aliases else pattern
+            found.update(name for name, body in functions if matches.search(body))
+        if self._calls is None:
+            self._calls = [(name, set(_CALLED.findall(body, body.index("(") + 1)))
+                           for _, functions in self.files for name, body in functions]
+        calls = [(name, called) for name, called in self._calls if name not in found]
+        for _ in range(depth):
+            more = {name for name, called in calls if name not in found and not found.isdisjoint(called)}
+            if not more:
+                break
+            found |= more
+        return frozenset(found)
 
 
 def _aliases_of(word: str) -> re.Pattern:
@@ -816,6 +854,10 @@ class _ScannedText:
         self._starts: Optional[dict[str, tuple[int, int]]] = None
         self._definitions: dict[str, Optional[str]] = {}
         self._blocks: Optional[list[tuple[str, Optional[str]]]] = None
+        self._naming_imports: dict[str, str] = {}
+        self._imports_used_by: dict[Optional[str], list[str]] = {}
+        self._code: Optional[tuple[list, str]] = None
+        self._assignment_index: dict[str, _Assignments] = {}  # block -> its assignment lines
 
     def definition(self, name: str) -> Optional[str]:
         """`_definition_text(self.text, name)`."""
@@ -861,23 +903,23 @@ class _ScannedText:
         whose `net` `main()` wraps). The names of those top-level definitions."""
         if not names:
             return "", set()
-        segments = [(block, name) for block, name in self._segments() if not _IMPORT_STATEMENT.match(block)]
-        script = "".join(block for block, holder in segments if holder is None)  # module-level code
+        segments, script = self._code_segments()
         found: list[str] = []
         users: set[str] = set()
         wanted = set(names)
         for _ in range(2):
             naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(wanted))) + r")\b")
             holders = set()
-            for block, holder in segments:
-                if holder in wanted or not naming.search(block):
+            for block, holder, words in segments:
+                if holder in wanted or wanted.isdisjoint(words):
                     continue
                 statements = _statements_naming(block, naming)
                 if not statements:
                     continue
                 passed = _passed_names(statements, naming) - wanted
                 found.extend(statements)
-                found.extend(line for line in _assignments(block if holder else script, passed) if line not in statements)
+                assignments = self._assignments_in(block if holder else script)
+                found.extend(line for line in assignments.of(passed) if line not in statements)
                 if holder is not None:
                     holders.add(holder)
             users |= holders
@@ -886,6 +928,20 @@ class _ScannedText:
                 break
         return "".join(found), users
 
+    def _code_segments(self) -> tuple[list[tuple[str, Optional[str], set[str]]], str]:
+        """The `_segments` that are not import lines, each with its set of words, and the
+        module-level code among them joined (what `uses_of` reads, for every file it asks)."""
+        if self._code is None:
+            segments = [(block, name, set(_WORD.findall(block)))
+                        for block, name in self._segments() if not _IMPORT_STATEMENT.match(block)]
+            self._code = segments, "".join(block for block, holder, _ in segments if holder is None)
+        return self._code
+
+    def _assignments_in(self, block: str) -> "_Assignments":
+        if block not in self._assignment_index:
+            self._assignment_index[block] = _Assignments(block)
+        return self._assignment_index[block]
+
     def _import_statements(self) -> list[str]:
         if self._imports is None:
             self._imports = [m.group(0) for m in _FROM_IMPORT.finditer(self.text)] + [m.group(0) for m in _IMPORT.finditer(self.text)]
@@ -893,8 +949,17 @@ class _ScannedText:
 
     def imports_naming(self, name: str) -> str:
         """`_import_lines(self.text, name)`."""
-        naming = re.compile(r"\b" + re.escape(name) + r"\b")
-        return "\n".join(line for line in self._import_statements() if naming.search(line))
+        if name not in self._naming_imports:
+            naming = re.compile(r"\b" + re.escape(name) + r"\b")
+            self._naming_imports[name] = "\n".join(line for line in self._import_statements() if naming.search(line))
+        return self._naming_imports[name]
+
+    def import_lines_used_by(self, name: Optional[str], piece: str) -> list[str]:
+        """`import_lines_using` the words of `piece`, the file's part for `name` (the same
+        piece each time one is asked: its definition, its re-export or, for None, the file)."""
+        if name not in self._imports_used_by:
+            self._imports_used_by[name] = self.import_lines_using(set(_WORD.findall(piece)))
+        return self._imports_used_by[name]
 
     def import_lines_using(self, used: set[str]) -> list[str]:
         """The lines of the import statements that name one of `used`."""
@@ -972,6 +1037,27 @@ def _assignments(block: str, names: set[str]) -> list[str]:
     return found
 
 
+class _Assignments:
+    """`_assignments(block, names)` for any names, from one pass over the block's lines: each
+    line that assigns, with the words of what it assigns to."""
+
+    def __init__(self, block: str) -> None:
+        self.lines: list[tuple[str, set[str]]] = []
+        start = 0
+        while start < len(block):
+            end = block.find("\n", start)
+            end = len(block) if end < 0 else end + 1
+            line = block[start:end]
+            target = _assigned_part(line) if "=" in line else None
+            if target is not None:
+                self.lines.append((line, set(_WORD.findall(target))))
+            start = end
+
+    def of(self, names: set[str]) -> list[str]:
+        names = names - _EVERYWHERE
+        return [line for line, words in self.lines if not names.isdisjoint(words)] if names else []
+
+
 # Words in nearly every statement: what a call passes through them is found by its other words.
 _EVERYWHERE = {"self", "cls", "None", "True", "False"}
 
@@ -991,6 +1077,28 @@ def _assigned_part(line: str) -> Optional[str]:
 def _attributes_used(text: str, alias: str) -> set[str]:
     """`m.build`, `m.data.make` -> {"build", "data"} for `import pkg.mod as m`."""
     return set(re.findall(r"(?<![\w.])" + re.escape(alias) + r"\.(\w+)", text))
+
+
+_NAME_DOT_ATTRIBUTE = re.compile(r"(?<![\w.])(\w+)\.(\w+)")
+
+
+class _AttributeIndex:
+    """`_attributes_used` for every plain name of one text, from a single pass made on first
+    use (a file importing twenty modules is read once, not twenty times)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._by_name: Optional[dict[str, set[str]]] = None
+
+    def of(self, alias: str) -> list[str]:
+        """Sorted: the closure's limits keep the first ones, the same in every run."""
+        if "." in alias:  # `import a.b`: `a.b.x`, rare enough to search for
+            return sorted(_attributes_used(self.text, alias))
+        if self._by_name is None:
+            self._by_name = {}
+            for name, attribute in _NAME_DOT_ATTRIBUTE.findall(self.text):
+                self._by_name.setdefault(name, set()).add(attribute)
+        return sorted(self._by_name.get(alias, ()))
 
 
 def _definition_text(text: str, name: str) -> Optional[str]:

@@ -46,6 +46,7 @@ class RuleEntry:
     code: str
     name: str
     tokens: tuple[str, ...]
+    anchor_tokens: tuple[str, ...] = ()
 
 
 _CATALOG_FILE: str | None = None  # where a catalog read earlier by this same code is kept
@@ -77,7 +78,8 @@ def rule_catalog() -> tuple[RuleEntry, ...]:
         found = _literal_entries(path)
         if found is None:
             module = importlib.import_module(f"{package.__name__}.{info.name}")
-            found = [RuleEntry(rule.code, rule.name, tuple(rule.tokens)) for rule in all_rules() if rule.__module__ == module.__name__]
+            found = [RuleEntry(rule.code, rule.name, tuple(rule.tokens), tuple(rule.anchor_tokens))
+                     for rule in all_rules() if rule.__module__ == module.__name__]
         entries.extend(found)
     return tuple(sorted(entries, key=lambda entry: entry.code))
 
@@ -87,24 +89,29 @@ def _stored_catalog(path: str) -> tuple[RuleEntry, ...] | None:
         with open(path, encoding="utf-8") as handle:
             rows = json.load(handle)
         entries = tuple(
-            RuleEntry(code, name, tuple(token if isinstance(token, str) else tuple(token) for token in tokens))
-            for code, name, tokens in rows
+            RuleEntry(code, name, _token_tuple(tokens), _token_tuple(anchor_tokens))
+            for code, name, tokens, anchor_tokens in rows
         )
     except (OSError, ValueError, TypeError):
         return None  # none yet, or damaged: read the rules
     ok = all(
         isinstance(entry.code, str) and isinstance(entry.name, str)
-        and all(isinstance(token, str) or all(isinstance(part, str) for part in token) for token in entry.tokens)
+        and all(isinstance(token, str) or all(isinstance(part, str) for part in token)
+                for token in (*entry.tokens, *entry.anchor_tokens))
         for entry in entries
     )
     return entries if ok and entries else None
+
+
+def _token_tuple(tokens) -> tuple:
+    return tuple(token if isinstance(token, str) else tuple(token) for token in tokens)
 
 
 def store_catalog(path: str) -> None:
     """Write the catalog where `keep_catalog_in` finds it (whole or not at all)."""
     if os.path.exists(path):
         return
-    rows = [[entry.code, entry.name, list(entry.tokens)] for entry in rule_catalog()]
+    rows = [[entry.code, entry.name, list(entry.tokens), list(entry.anchor_tokens)] for entry in rule_catalog()]
     temp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(temp, "w", encoding="utf-8") as handle:
@@ -159,16 +166,16 @@ def _rule_entry(node: ast.ClassDef) -> RuleEntry | None:
         if isinstance(statement, (ast.Assign, ast.AnnAssign)):
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
             for target in targets:
-                if isinstance(target, ast.Name) and target.id in ("code", "name", "tokens"):
+                if isinstance(target, ast.Name) and target.id in ("code", "name", "tokens", "anchor_tokens"):
                     try:
                         values[target.id] = ast.literal_eval(statement.value)
                     except (ValueError, TypeError, SyntaxError):
                         return None
     if "code" not in values:
         return _NOT_A_RULE
-    if not node.bases or set(values) != {"code", "name", "tokens"}:
+    if not node.bases or not {"code", "name", "tokens"} <= set(values):
         return None  # inherited attributes: only importing can tell
-    return RuleEntry(values["code"], values["name"], tuple(values["tokens"]))
+    return RuleEntry(values["code"], values["name"], tuple(values["tokens"]), tuple(values.get("anchor_tokens", ())))
 
 
 def codes_for(selector: str) -> set[str]:

@@ -90,6 +90,11 @@ class Rule:
     # tuple of substrings that must all be present; the file must match at least one entry.
     # ("save", "init_process_group"): both words; ("DataLoader",): that word.
     tokens: ClassVar[tuple[Union[str, tuple[str, ...]], ...]] = ()
+    # The same for the file's own text, where `tokens` may also be met by what the files it
+    # imports (and those importing it) hold: set when every finding of the rule is a construct
+    # spelled in the file itself (`k[7:]`), so that a helper's text never makes a file worth
+    # parsing for this rule alone. Empty: no requirement.
+    anchor_tokens: ClassVar[tuple[Union[str, tuple[str, ...]], ...]] = ()
     VALID: ClassVar[Sequence[str]] = ()
     INVALID: ClassVar[Sequence[Example]] = ()
 

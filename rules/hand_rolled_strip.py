@@ -116,6 +116,7 @@ class HandRolledStrip(Rule):
     # the `[7:]` of an unguarded `k[7:]` over a state dict (which comes from `.state_dict()` or
     # a `*load*` call). Not plain "module": every file with `nn.modules` has it.
     tokens = ('"module', "'module", ("[7:]", "state_dict"), ("[7:]", "load"))
+    anchor_tokens = ('"module', "'module", "[7:]")  # the strip is spelled here (the state dict may come from elsewhere)
 
     VALID = (
         # Guarded per key: strips exactly the prefix, only where it is present.

@@ -108,6 +108,7 @@ class ModuleOnBareModel(Rule):
     summary = "`model.module` on a model that is wrapped only on some paths raises AttributeError"
     fix_applicability = Applicability.SAFE
     tokens = (("DataParallel", ".module"),)
+    anchor_tokens = (".module",)  # the finding is a `.module` read of this file
 
     VALID = (
         # Wrapped on every path.

@@ -144,6 +144,8 @@ class StrictFalseLoad(Rule):
     summary = "`load_state_dict(..., strict=False)` with the returned missing/unexpected keys ignored"
     fix_applicability = Applicability.DISPLAY
     tokens = (("load_state_dict", "False"),)  # strict=False, by keyword or position
+    # Every finding is a `load_state_dict(...)` of this file or a call of it passing `False`.
+    anchor_tokens = ("load_state_dict", "False")
 
     VALID = (
         "missing, unexpected = model.load_state_dict(sd, strict=False)\n"

@@ -56,8 +56,8 @@ PEER_CORPORA = {"a", "b", "d"}  # (c) is too slow for the peers (TorchFix ~1 s o
 UNFILTERED = (
     "import sys\n"
     "import dplint.engine, dplint.runner\n"
-    "dplint.engine.could_match = lambda text, rule: True\n"
-    "dplint.runner.may_match = lambda text, codes: True\n"
+    "dplint.engine.could_match = lambda *args: True\n"
+    "dplint.runner.may_match = lambda *args: True\n"
     "from dplint.cli import main\n"
     "sys.argv[0] = 'dplint'\n"
     "main()\n"
