@@ -255,7 +255,7 @@ class CudaTimeline:
         for calls in self._calls.values():
             # Arguments run before the call that takes them: order by where each call ends.
             calls.sort(key=lambda call: (ends.get(call, model.order(call)), -model.order(call)))
-        for node in model.nodes():  # every node once; no tree walk
+        for node in model.nodes_of(cst.Return, cst.Raise, cst.Yield, cst.Await):
             if isinstance(node, (cst.Return, cst.Raise)):
                 self._mark_leaving(node)
             elif isinstance(node, (cst.Yield, cst.Await)):

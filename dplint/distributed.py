@@ -189,8 +189,8 @@ def _callee_word(call: cst.Call) -> str:
 def _local_rank_option_uses(model: SemanticModel, first: bool) -> list[cst.CSTNode]:
     """`args.local_rank` read anywhere but in a call that only prints it."""
     found: list[cst.CSTNode] = []
-    for node in model.nodes():
-        if isinstance(node, cst.Attribute) and node.attr.value == "local_rank" and not any(
+    for node in model.nodes_of(cst.Attribute):
+        if node.attr.value == "local_rank" and not any(
             isinstance(ancestor, cst.Call) and LOGGING_CALLS.match(_callee_word(ancestor))
             for ancestor in model.ancestors(node)
         ):
@@ -410,7 +410,7 @@ def attribute_values(model: SemanticModel, attribute: cst.Attribute) -> list[cst
     table = _ATTRIBUTE_VALUES.get(model)
     if table is None:
         table = {}
-        for node in model.nodes():  # source order, as a walk of the tree would give them
+        for node in model.nodes_of(cst.Assign, cst.AnnAssign, cst.AugAssign):  # in source order
             if isinstance(node, cst.Assign):
                 targets = [target.target for target in node.targets]
             elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:

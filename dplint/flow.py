@@ -819,20 +819,21 @@ class Flow:
     def _walk_statement(self, statement: cst.CSTNode, state: list, ctx: Path) -> Optional[list]:
         self._records_now[statement] = state
         model = self.model
-        if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        kind = type(statement)  # exact types: LibCST's classes are ABCs, slow in `isinstance`
+        if kind is cst.SimpleStatementLine or kind is cst.SimpleStatementSuite:
             state = self._bind_here(statement, state, ctx)
             for small in statement.body if len(statement.body) > 1 else ():
                 self._records_now[small] = state
                 state = self._bind_here(small, state, ctx)
-            if any(isinstance(small, (cst.Return, cst.Raise)) for small in statement.body):
+            if any(type(small) is cst.Return or type(small) is cst.Raise for small in statement.body):
                 return None
             return state
-        if isinstance(statement, cst.If):
+        if kind is cst.If:
             state = self._bind_here(statement, state, ctx)  # a walrus in the test
             return self._walk_if(statement, state, ctx)
-        if isinstance(statement, (cst.For, cst.While)):
+        if kind is cst.For or kind is cst.While:
             before = state
-            if isinstance(statement, cst.For):
+            if kind is cst.For:
                 entry = self._bind_here(statement, state, ctx)
             else:
                 entry = state
@@ -842,10 +843,10 @@ class Flow:
             looped = _merge(entry, first) if first is not None else entry
             end = self._walk_block(_blocks(statement.body), looped, ctx)
             after = _merge(before, end) if end is not None else before
-            if isinstance(statement, cst.For) and end is not None:
+            if kind is cst.For and end is not None:
                 after = _merge(after, end)
             return self._walk_else(statement.orelse, after, ctx)
-        if isinstance(statement, cst.Try) or type(statement).__name__ == "TryStar":
+        if kind is cst.Try or kind.__name__ == "TryStar":
             body = self._walk_block(_blocks(statement.body), state, ctx)
             handler_in = _merge(state, body) if body is not None else state
             ends = []
@@ -862,12 +863,12 @@ class Flow:
                 final = self._walk_block(_blocks(statement.finalbody.body), final_in, ctx)
                 return None if after is None else final
             return after
-        if isinstance(statement, cst.With):
+        if kind is cst.With:
             state = self._bind_here(statement, state, ctx)
             return self._walk_block(_blocks(statement.body), state, ctx)
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        if kind is cst.FunctionDef or kind is cst.ClassDef:
             return self._bind_here(statement, state, ctx)
-        if isinstance(statement, cst.Match):
+        if kind is cst.Match:
             ends = [state]
             for case in statement.cases:
                 self._records_now[case] = state

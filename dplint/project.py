@@ -85,6 +85,7 @@ class Project:
         self._callers: dict[tuple, Optional[list]] = {}
         self._importers: dict[str, dict[str, list[tuple[str, Optional[str]]]]] = {}  # root -> file -> (importer, name)
         self._importer_pieces: dict[str, dict[str, str]] = {}
+        self._importing: dict[str, set[str]] = {}  # file -> `_files_importing`
         self._mentioned: dict[tuple, bool] = {}  # (importer's folder, name, words, budget) -> answer
         self._file_imports: dict[str, tuple[str, list]] = {}  # file -> (its text, imported_definitions)
         self._function_texts: dict[str, FunctionTexts] = {}  # root -> its files' functions
@@ -507,15 +508,36 @@ class Project:
         importing = re.compile(
             r"^[ \t]*(?:from[ \t]+\.|(?:from|import)[ \t][^\n]*\b(?:" + "|".join(map(re.escape, parts)) + r")\b)", re.M
         )
+        reaching = self._files_importing(own, root, files)
         found = []
         for path in files:
-            if path == own:
+            if path == own or reaching is not None and path not in reaching:
                 continue
             text = self._text(path)
             if (text is not None and all(word in text for word in words) and importing.search(text)
                     and _names_it(text, last, parts if len(words) == 1 else None) and self._may_reach(path, text, own)):
                 found.append(path)
         return found
+
+    def _files_importing(self, own: str, root: str, files: tuple[str, ...]) -> Optional[set[str]]:
+        """The files `_may_reach` can accept for `own`, from the importers' index (those
+        importing `own` or a package `__init__` above it): a project's other files need not
+        be read for each function whose callers are looked for. None when not indexed."""
+        if len(files) > MAX_INDEXED_FILES:
+            return None
+        own = os.path.abspath(own)
+        if own not in self._importing:
+            index = self._importers_index(own)
+            found = {importer for importer, _ in index.get(own, ())}
+            folder = os.path.dirname(own)
+            while True:
+                found.update(importer for importer, _ in index.get(os.path.join(folder, "__init__.py"), ()))
+                parent = os.path.dirname(folder)
+                if parent == folder:
+                    break
+                folder = parent
+            self._importing[own] = found
+        return self._importing[own]
 
     def _may_reach(self, path: str, text: str, own: str) -> bool:
         """Whether an import of `text` resolves to `own` or to a package `__init__` above it
@@ -744,7 +766,7 @@ def path_edit_folders(path: str, text: str) -> list[str]:
 
 
 _WORD = re.compile(r"\w+")
-_CALLED = re.compile(r"(\w+)\s*\(")
+_CALLED = re.compile(r"\b(\w+)\s*\(")  # `\b`: tried at word starts only (the same matches, found faster)
 _BLOCK = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)", re.M)
 
 
@@ -803,7 +825,7 @@ class FunctionTexts:
         for text, functions in self.files:
             if not functions or not plain.search(text):
                 continue
-            aliases = {m.group(1) or m.group(2) for m in _aliases_of(word).finditer(text)} - {None}
+            aliases = _aliases_in(text, word, plain)
             matches = re.compile("|".join([word, *(rf"\b{a}\s*\(" for a in aliases)])) if aliases else pattern
             found.update(name for name, body in functions if matches.search(body))
         if self._calls is None:
@@ -816,6 +838,23 @@ class FunctionTexts:
                 break
             found |= more
         return frozenset(found)
+
+
+def _aliases_in(text: str, word: str, plain: re.Pattern) -> set[str]:
+    """The names `_aliases_of(word)` finds in `text`, read only on the lines where the word's
+    letters show (both of its forms are one line; a whole-text search costs a regex attempt
+    at every word)."""
+    aliases = _aliases_of(word)
+    found: set[str] = set()
+    end = -1
+    for match in plain.finditer(text):
+        if match.start() < end:
+            continue  # on a line already read
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.end())
+        end = len(text) if end < 0 else end
+        found.update(m.group(1) or m.group(2) for m in aliases.finditer(text, start, end))
+    return found - {None}
 
 
 def _aliases_of(word: str) -> re.Pattern:

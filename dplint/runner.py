@@ -24,9 +24,11 @@ from dplint.source import SourceError, call_with_deep_stack, decode, read_bytes,
 PARALLEL_THRESHOLD = 8  # below this many files a process pool costs more than it saves
 # A run keeps every parsed file's tree (the project's models), millions of objects that
 # Python's cyclic collector would walk again and again although they hold almost no cycles:
-# automatic collection is off during a run (13% of a whole-repository run's CPU time) and a
-# full collection runs every COLLECT_EVERY files per process instead, so memory stays bounded.
-COLLECT_EVERY = 200
+# automatic collection is off during a run (13% of a whole-repository run's CPU time). A full
+# collection runs between two files once COLLECT_AFTER more objects were allocated than freed
+# since the last one, so memory stays bounded on a huge repository (a collection then costs
+# ~0.4 s, so never on an ordinary run).
+COLLECT_AFTER = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -153,25 +155,19 @@ def process_file(path: str, settings: Settings, fix: Optional[FixOptions],
 
 
 def _fix_one(args) -> FileReport:
-    _count_file()
+    _collect_if_grown()
     return process_file(*args)
 
 
 def _lint_one(args) -> FileReport:
-    _count_file()
+    _collect_if_grown()
     path, text, settings, roots = args
     return process_text_guarded(text, path, settings, None, roots)
 
 
-_files_since_collection = 0
-
-
-def _count_file() -> None:
-    """The periodic collection (see COLLECT_EVERY), counted per process."""
-    global _files_since_collection
-    _files_since_collection += 1
-    if _files_since_collection >= COLLECT_EVERY:
-        _files_since_collection = 0
+def _collect_if_grown() -> None:
+    """The collection a run makes itself (see COLLECT_AFTER), in each process."""
+    if not gc.isenabled() and gc.get_count()[0] > COLLECT_AFTER:
         gc.collect()
 
 
@@ -207,7 +203,7 @@ def run(
     force_exclude: bool = False,
 ) -> RunReport:
     collecting = gc.isenabled()
-    gc.disable()  # see COLLECT_EVERY; the pool's workers are forked with it off too
+    gc.disable()  # see COLLECT_AFTER; the pool's workers are forked with it off too
     try:
         return _run(paths, settings, fix, jobs, cache_dir, force_exclude)
     finally:

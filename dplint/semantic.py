@@ -161,6 +161,7 @@ class SemanticModel:
         self._parent: dict[cst.CSTNode, cst.CSTNode] = {}
         self._children: Optional[dict[cst.CSTNode, list[cst.CSTNode]]] = None  # built on first use
         self._order: dict[cst.CSTNode, int] = {}
+        self._nodes_by_type: Optional[dict[type, list[cst.CSTNode]]] = None
         self._scope_of: dict[cst.CSTNode, Scope] = {}  # scope-creating node -> Scope
         self._node_scope: dict[cst.CSTNode, Scope] = {}  # any recorded node -> its scope
         self._wrappings: Optional[list[Wrapping]] = None
@@ -354,6 +355,20 @@ class SemanticModel:
     def nodes(self) -> Iterator[cst.CSTNode]:
         """Every node of the module except the module itself, in source order (no tree walk)."""
         return iter(self._parent)
+
+    def nodes_of(self, *node_types: type) -> list[cst.CSTNode]:
+        """The nodes of exactly these concrete LibCST types (`cst.Assign`, not a base class
+        such as `cst.BaseExpression`), in source order: an index built on first use, so that
+        each question does not test every node of the file (LibCST's classes are ABCs, whose
+        `isinstance` costs a Python call)."""
+        if self._nodes_by_type is None:
+            self._nodes_by_type = {}
+            for node in self._parent:
+                self._nodes_by_type.setdefault(type(node), []).append(node)
+        if len(node_types) == 1:
+            return self._nodes_by_type.get(node_types[0], [])
+        found = [node for node_type in node_types for node in self._nodes_by_type.get(node_type, ())]
+        return sorted(found, key=self._order.__getitem__)
 
     def owner_scope(self, key: str, scope: Scope) -> Optional[Scope]:
         """The scope whose binding of `key` a read in `scope` sees (Python's scoping rules)."""

@@ -432,8 +432,8 @@ def return_values(model: SemanticModel, function: cst.FunctionDef) -> list[cst.B
     by_function = _RETURNS.get(model)
     if by_function is None:
         by_function = _RETURNS[model] = {}
-        for node in model.nodes():
-            if isinstance(node, cst.Return) and node.value is not None:
+        for node in model.nodes_of(cst.Return):
+            if node.value is not None:
                 by_function.setdefault(model.scope(node).node, []).append(node.value)
     return by_function.get(function, [])
 

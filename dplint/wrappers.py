@@ -13,6 +13,7 @@ wrapper's own parameters, buffers and sub-modules (just `module`), so it raises
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Iterable, Optional, Sequence
 
 import libcst as cst
@@ -239,22 +240,29 @@ def wrapping_model(model: SemanticModel, wrapping: Wrapping) -> Optional[Semanti
     return project.model_owning(wrapping.call) if project is not None else None
 
 
+_SCOPE_TYPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_BLOCKS_WITH_ASSERTS: "weakref.WeakKeyDictionary[SemanticModel, set]" = weakref.WeakKeyDictionary()
+
+
 def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
     """The branch conditions that hold where `node` runs (the `if` tests around it in its scope)."""
     found = []
     child = node
-    scope = model.scope(node)
+    asserting = _BLOCKS_WITH_ASSERTS.get(model)
+    if asserting is None:  # the blocks holding an `assert` statement (most hold none)
+        asserting = _BLOCKS_WITH_ASSERTS[model] = {model.parent(model.parent(a)) for a in model.nodes_of(cst.Assert)}
     for ancestor in model.ancestors(node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        kind = type(ancestor)  # exact types: LibCST's classes are ABCs, slow in `isinstance`
+        if kind in _SCOPE_TYPES:
             break
-        if isinstance(ancestor, (cst.If, cst.IfExp)):
+        if kind is cst.If or kind is cst.IfExp:
             in_body = _is_within(child, ancestor.body)
-            in_else = isinstance(ancestor, cst.If) and ancestor.orelse is not None and child is ancestor.orelse
-            if isinstance(ancestor, cst.IfExp):
+            in_else = kind is cst.If and ancestor.orelse is not None and child is ancestor.orelse
+            if kind is cst.IfExp:
                 in_else = child is ancestor.orelse
             if in_body or in_else:
                 found.extend(_conjuncts(model, ancestor.test, in_body))
-        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+        if ancestor in asserting:
             # `assert not distributed, "..."` earlier in the block: what runs after it has it
             for statement in ancestor.body:
                 if statement is child:
@@ -264,7 +272,6 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
                         if isinstance(small, cst.Assert):
                             found.extend(_conjuncts(model, small.test, True))
         child = ancestor
-    del scope
     return tuple(found)
 
 

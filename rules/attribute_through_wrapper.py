@@ -139,8 +139,8 @@ class AttributeThroughWrapper(Rule):
             return  # no wrapper built here, returned by a helper the file calls or left by a base class
         stored = _assigned_attributes(model)
         stores: dict = {}  # per model: attribute -> the Attribute nodes that assign it
-        for node in model.nodes():
-            if not isinstance(node, cst.Attribute) or is_store(model, node):
+        for node in model.nodes_of(cst.Attribute):
+            if is_store(model, node):
                 continue
             attribute = node.attr.value
             if attribute.startswith("_") or (wrapper_has("DP", attribute) and wrapper_has("DDP", attribute)):
@@ -267,8 +267,8 @@ def _set_on_wrapper(model: SemanticModel, wrapping, attribute: str, stores: dict
 def _assigned_attributes(model: SemanticModel) -> set[tuple[str, str]]:
     """(key, attribute) pairs assigned anywhere in the file (`ddp.epoch = 0`, `setattr(ddp, "x", v)`)."""
     found = set()
-    for node in model.nodes():
-        if isinstance(node, cst.Attribute) and is_store(model, node):
+    for node in model.nodes_of(cst.Attribute):
+        if is_store(model, node):
             key = model.binding_key(node.value, node)
             if key is not None:
                 found.add((key, node.attr.value))

@@ -390,8 +390,8 @@ def _passed_on_in_scope(model: SemanticModel, call: cst.Call, callee: cst.Functi
     """The function's name is read, other than as a callee, in the scope of `call`
     (`optimizer.step(closure)`, `callbacks=[hook]`)."""
     scope, name = model.scope(call), callee.name.value
-    for node in model.nodes():
-        if not (isinstance(node, cst.Name) and node.value == name) or model.scope(node) is not scope:
+    for node in model.nodes_of(cst.Name):
+        if node.value != name or model.scope(node) is not scope:
             continue
         parent = model.parent(node)
         if isinstance(parent, cst.Call) and parent.func is node:

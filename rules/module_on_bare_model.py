@@ -168,8 +168,8 @@ class ModuleOnBareModel(Rule):
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         if not wrappers_built(model):
             return  # no wrapper built here or returned by a helper the file calls: nothing to follow
-        for node in model.nodes():
-            if not isinstance(node, cst.Attribute) or node.attr.value != "module" or is_store(model, node):
+        for node in model.nodes_of(cst.Attribute):
+            if node.attr.value != "module" or is_store(model, node):
                 continue
             base = node.value
             if model.binding_key(base, node) is None:

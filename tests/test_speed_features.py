@@ -330,3 +330,41 @@ def test_semantic_children_are_libcst_children(script: Path):
         expected = list(node.children)
         assert len(model.children(node)) == len(expected)
         assert all(a is b for a, b in zip(model.children(node), expected))
+
+
+def test_anchor_tokens_are_read_from_the_file_itself():
+    """A rule whose findings are spelled in the file (`k[7:]`) is not run on a file whose
+    closure alone holds its words (a helper that strips `module.`)."""
+    strip = next(rule for rule in all_rules() if rule.code == "DPL013")
+    helper = 'sd = {k.replace("module.", ""): v for k, v in sd.items()}\n'
+    caller = "from helpers import load\nmodel.load_state_dict(load(path))\n"
+    assert dplint.engine.could_match(caller + helper, strip)  # the joined text alone
+    assert not dplint.engine.could_match(caller + helper, strip, caller)
+    assert dplint.engine.could_match(caller + helper, strip, caller + "k[7:]\n")
+    assert not dplint.runner.may_match(caller + helper, frozenset({"DPL013"}), caller)
+    assert dplint.runner.may_match(caller + helper, frozenset({"DPL013"}))
+
+
+def test_the_catalog_knows_every_rules_anchor_tokens():
+    from dplint.registry import rule_catalog
+
+    entries = {entry.code: entry for entry in rule_catalog()}
+    for rule in all_rules():
+        assert entries[rule.code].anchor_tokens == tuple(rule.anchor_tokens), rule.code
+    assert entries["DPL013"].anchor_tokens  # at least one rule has them
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    import gc
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch.nn as nn\nmodel = nn.DataParallel(net)\nmodel.train()\n")
+    assert gc.isenabled()
+    run_report([script], jobs=1)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        run_report([script], jobs=1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
