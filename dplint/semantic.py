@@ -348,7 +348,7 @@ class SemanticModel:
         if self._calls_in is None:
             self._calls_in = {}
             for site in self.calls:
-                owner = next((a for a in self.ancestors(site.node) if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef))), None)
+                owner = next((a for a in self.ancestors(site.node) if type(a) in _SCOPE_NODES), None)
                 self._calls_in.setdefault(owner, []).append(site)
         return self._calls_in.get(function, [])
 
@@ -460,13 +460,16 @@ class SemanticModel:
 
 
 # --------------------------------------------------------------------------- helpers
+_SCOPE_NODES = frozenset((cst.FunctionDef, cst.Lambda, cst.ClassDef))
+
+
 def dotted_name(expr: Optional[cst.CSTNode]) -> Optional[str]:
     """`torch.nn.DataParallel` -> "torch.nn.DataParallel"; None for anything but names/attributes."""
     parts = []
-    while isinstance(expr, cst.Attribute):
+    while type(expr) is cst.Attribute:  # exact types (LibCST's classes are ABCs, slow in isinstance)
         parts.append(expr.attr.value)
         expr = expr.value
-    if not isinstance(expr, cst.Name):
+    if type(expr) is not cst.Name:
         return None
     parts.append(expr.value)
     return ".".join(reversed(parts))
