@@ -86,6 +86,7 @@ class Project:
         self._importers: dict[str, dict[str, list[tuple[str, Optional[str]]]]] = {}  # root -> file -> (importer, name)
         self._importer_pieces: dict[str, dict[str, str]] = {}
         self._importing: dict[str, set[str]] = {}  # file -> `_files_importing`
+        self._importers_of_target: dict[tuple, list] = {}  # (root, file) -> `_importers_of`, single-file runs
         self._mentioned: dict[tuple, bool] = {}  # (importer's folder, name, words, budget) -> answer
         self._file_imports: dict[str, tuple[str, list]] = {}  # file -> (its text, imported_definitions)
         self._function_texts: dict[str, FunctionTexts] = {}  # root -> its files' functions
@@ -311,8 +312,7 @@ class Project:
         return self._importer_pieces[own]
 
     def _find_importer_pieces(self, own: str) -> dict[str, str]:
-        index = self._importers_index(own)
-        if not index.get(own):
+        if not self._importers_of(own, own):
             return {}
         found: dict[str, list[str]] = {}
         frontier: list[tuple[str, Optional[set[str]]]] = [(own, None)]
@@ -320,7 +320,7 @@ class Project:
         for _ in range(2):
             wanted: dict[str, set[str]] = {}
             for target, names in frontier:
-                for importer, name in index.get(target, ()):
+                for importer, name in self._importers_of(own, target):
                     if importer in seen or (names is not None and name is not None and name not in names):
                         continue
                     if name is None:  # `from helpers import *`: whatever the file defines
@@ -342,6 +342,28 @@ class Project:
                 if users:
                     frontier.append((importer, users))
         return {importer: "\n".join(pieces) for importer, pieces in found.items()}
+
+    def _importers_of(self, own: str, target: str) -> list[tuple[str, Optional[str]]]:
+        """(importing file, imported name or None) for each import of `target` in the files of
+        the project `own` belongs to. A folder run indexes every file once for all its files
+        (`_importers_index`); a run on single files resolves the imports of only the files
+        whose text names `target`'s module (an import of it always spells its last name)."""
+        if self.roots:
+            return self._importers_index(own).get(target, [])
+        root, files = self._project_files(own)
+        key = (root, target)
+        if key not in self._importers_of_target:
+            found: list[tuple[str, Optional[str]]] = []
+            is_package = os.path.basename(target) == "__init__.py"
+            stem = os.path.basename(os.path.dirname(target)) if is_package else os.path.basename(target)[:-3]
+            naming = re.compile(r"\b" + re.escape(stem) + r"\b")
+            for path in files if len(files) <= MAX_INDEXED_FILES else ():
+                text = self._text(path)
+                if path == target or text is None or "import" not in text or not naming.search(text):
+                    continue
+                found.extend((path, name) for module_file, name in self._imports_of_file(path, text) if module_file == target)
+            self._importers_of_target[key] = found
+        return self._importers_of_target[key]
 
     def _importers_index(self, own: str) -> dict[str, list[tuple[str, Optional[str]]]]:
         """{file: [(importing file, imported name or None)]} over the project `own` belongs
@@ -527,11 +549,10 @@ class Project:
             return None
         own = os.path.abspath(own)
         if own not in self._importing:
-            index = self._importers_index(own)
-            found = {importer for importer, _ in index.get(own, ())}
+            found = {importer for importer, _ in self._importers_of(own, own)}
             folder = os.path.dirname(own)
             while True:
-                found.update(importer for importer, _ in index.get(os.path.join(folder, "__init__.py"), ()))
+                found.update(importer for importer, _ in self._importers_of(own, os.path.join(folder, "__init__.py")))
                 parent = os.path.dirname(folder)
                 if parent == folder:
                     break
