@@ -89,3 +89,24 @@ def test_editing_the_importer_rechecks_the_helper_on_a_warm_run(tmp_path):
     shutil.copy(BARE / "fit.py", folder / "fit.py")
     assert findings(folder, cache) == []
 
+
+
+def test_a_run_on_single_files_finds_the_same_importers_as_a_folder_run(tmp_path):
+    """Without a folder to index, only the files naming a module are read for its importers:
+    the same pairs, in the same order, as the whole-project index gives."""
+    write(tmp_path, {
+        "pyproject.toml": "",
+        "pkg/__init__.py": "from .engine import fit\nfrom . import data\n",
+        "pkg/engine.py": "from .data import make_loader\ndef fit(m):\n    return make_loader()\n",
+        "pkg/data.py": "def make_loader():\n    return None\n",
+        "train.py": "import pkg.engine as eng\nfrom pkg import fit, data\nfrom pkg.data import *\neng.fit(1)\n",
+        "tools/run.py": "from pkg.engine import fit\nimport data  # another module of that name, not the project's\n",
+        "unrelated.py": "import os\nengine = None\n",
+    })
+    files = [str(p) for p in sorted(tmp_path.rglob("*.py"))]
+    folder_run, single_files = Project((str(tmp_path),)), Project(())
+    for own in files:
+        for target in (own, os.path.join(os.path.dirname(own), "__init__.py")):
+            assert single_files._importers_of(own, target) == folder_run._importers_of(own, target), (own, target)
+    engine = str(tmp_path / "pkg" / "engine.py")
+    assert {os.path.basename(path) for path, _ in single_files._importers_of(engine, engine)} == {"__init__.py", "train.py", "run.py"}
