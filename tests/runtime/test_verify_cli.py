@@ -224,6 +224,14 @@ def processes_mentioning(marker: str) -> list[int]:
     return found
 
 
+def _signals_as_in_a_terminal() -> None:
+    """SIGHUP and SIGINT delivered to verify, as from a terminal: pytest run under `nohup` or
+    as a background job of a script passes them on ignored, and verify rightly keeps an
+    ignored SIGHUP or SIGINT ignored (the signal then never stops it)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
     """A real `verify` of a hanging 2-rank script per way to stop it, all at once: each signal
@@ -238,6 +246,7 @@ def stopped(tmp_path_factory):
             process = subprocess.Popen(
                 [sys.executable, "-m", "dplint", "verify", "--timeout", timeout, HANG, "--", "--marker", marker],
                 cwd=ROOT, env=dict(os.environ, TMPDIR=str(folder / "tmp")), stdout=out, stderr=err,
+                preexec_fn=_signals_as_in_a_terminal,
             )
         runs[stop] = dict(process=process, marker=marker, folder=folder, helpers=None, ended=None)
     deadline = time.monotonic() + 400
