@@ -205,9 +205,8 @@ class SemanticModel:
         return self._parent.get(node)
 
     def children(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """The node's children in source order, as `node.children` lists them but for the
-        TOKEN_NODES, read from the parent table: LibCST's `children` walks the node with a
-        visitor on every call."""
+        """The node's children in source order, as `node.children` lists them, read from the
+        parent table: LibCST's `children` walks the node with a visitor on every call."""
         if self._children is None:
             table: dict[cst.CSTNode, list[cst.CSTNode]] = {}
             for child, parent in self._parent.items():
@@ -358,8 +357,7 @@ class SemanticModel:
         return self._calls_in.get(function, [])
 
     def nodes(self) -> Iterator[cst.CSTNode]:
-        """Every node of the module except the module itself and the TOKEN_NODES (whitespace,
-        comments, punctuation), in source order (no tree walk)."""
+        """Every node of the module except the module itself, in source order (no tree walk)."""
         return iter(self._parent)
 
     def nodes_of(self, *node_types: type) -> list[cst.CSTNode]:
@@ -467,14 +465,6 @@ class SemanticModel:
 
 # --------------------------------------------------------------------------- helpers
 _SCOPE_NODES = frozenset((cst.FunctionDef, cst.Lambda, cst.ClassDef))
-# Whitespace, comments and punctuation: six nodes in ten of a typical file, and nothing any
-# analysis asks about (they are read as attributes of their owner, `arg.comma`, when at all).
-# The semantic model leaves them out of its tables: no parent, no order, not in `nodes()`.
-TOKEN_NODES = frozenset((
-    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine,
-    cst.Comment, cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual, cst.LeftParen, cst.RightParen,
-    cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace,
-))
 
 
 def dotted_name(expr: Optional[cst.CSTNode]) -> Optional[str]:
@@ -634,17 +624,15 @@ class _Collector(cst.CSTVisitor):
                 fields = _child_fields(node)
             if fields is None:
                 for child in node.children:
-                    if type(child) not in TOKEN_NODES:
-                        self._walk(child, node)
+                    self._walk(child, node)
             else:
                 for name in fields:
                     value = getattr(node, name)
                     kind = type(value)
                     if kind is tuple or kind is list:
                         for child in value:
-                            if type(child) not in TOKEN_NODES:
-                                self._walk(child, node)
-                    elif value is not None and kind is not cst.MaybeSentinel and kind not in TOKEN_NODES:
+                            self._walk(child, node)
+                    elif value is not None and kind is not cst.MaybeSentinel:
                         self._walk(value, node)
         try:
             method = _LEAVE_HANDLERS[node_type]
@@ -661,8 +649,6 @@ class _Collector(cst.CSTVisitor):
     # runs this visitor through LibCST's `visit` (the typed visit_X / leave_X looked up once
     # per type: LibCST's own dispatch looks them up by name for every node).
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in TOKEN_NODES:
-            return False
         if self.stack:
             self.model._parent[node] = self.stack[-1]
         self.model._order[node] = self.counter
@@ -672,8 +658,6 @@ class _Collector(cst.CSTVisitor):
         return method is None or method(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        if type(original_node) in TOKEN_NODES:
-            return
         method = _handler(_LEAVE_HANDLERS, "leave_", type(original_node))
         if method is not None:
             method(self, original_node)

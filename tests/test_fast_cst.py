@@ -50,17 +50,3 @@ def test_nodes_hash_and_compare_by_identity():
     module = parse_module(SOURCE)
     assert all(type(node).__eq__ is object.__eq__ for node in (module, *module.body))
 
-
-def test_the_semantic_model_leaves_whitespace_and_punctuation_out_of_its_tables():
-    from dplint.semantic import TOKEN_NODES, SemanticModel
-
-    module = parse_module(SOURCE)
-    model = SemanticModel(module, "train.py")
-    kinds = {type(node) for node in model.nodes()}
-    assert not kinds & TOKEN_NODES
-    assert {cst.Call, cst.Attribute, cst.Name, cst.If, cst.Comparison} <= kinds
-    call = model.nodes_of(cst.Call)[0]  # torch.nn.DataParallel(net)
-    assert model.code(call) == "torch.nn.DataParallel(net)"
-    assert [type(child) for child in model.children(call)] == [cst.Attribute, cst.Arg]
-    assert type(model.parent(call)) is cst.Assign
-    assert model.nodes_of(cst.Name, cst.Call) == [n for n in model.nodes() if type(n) in (cst.Name, cst.Call)]
