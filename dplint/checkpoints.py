@@ -1293,7 +1293,7 @@ def _spells_state_dict(model: SemanticModel) -> bool:
     found = _STATE_DICT_SPELLED.get(model)
     if found is None:
         found = _STATE_DICT_SPELLED[model] = any(
-            type(node) is cst.Attribute and node.attr.value == "state_dict" for node in model.nodes()
+            node.attr.value == "state_dict" for node in model.nodes_of(cst.Attribute)
         )
     return found
 

@@ -209,7 +209,7 @@ def kwargs_entries(model: SemanticModel, call: cst.Call, key: str) -> list[tuple
                 elif merged.keyword is None and not merged.star:
                     for value in flow.values_at(merged.value, site.node):
                         found += [(entry, value.expr, (*here, *value.conditions)) for entry in _dict_entries(value.expr, key)]
-    if found and any(isinstance(node, cst.Del) and key in model.code(node) for node in model.nodes()):
+    if found and any(key in model.code(node) for node in model.nodes_of(cst.Del)):
         return []  # the walk only where an entry was found: most `**kwargs` carry none
     return found
 

@@ -22,7 +22,7 @@ from dplint.rule import (
     Rule,
     TextEdit,
     Violation,
-    tokens_match,
+    rule_may_match,
 )
 from dplint.semantic import SemanticModel
 from dplint.project import owns
@@ -55,7 +55,7 @@ def rules_for(codes: Iterable[str]) -> list[Rule]:
 def could_match(text: str, rule: Rule, own: Optional[str] = None) -> bool:
     """The pre-filter: can this rule possibly fire on this text (with `own`, the file's own
     text when `text` adds its import closure: `Rule.anchor_tokens`)? Never parses."""
-    return tokens_match(text, rule.tokens) and tokens_match(text if own is None else own, rule.anchor_tokens)
+    return rule_may_match(text, rule, own)
 
 
 def parse_error_finding(path: str, message: str, row: int = 1, column: int = 1) -> Finding:

@@ -537,7 +537,8 @@ class Project:
                 continue
             text = self._text(path)
             if (text is not None and all(word in text for word in words) and importing.search(text)
-                    and _names_it(text, last, parts if len(words) == 1 else None) and self._may_reach(path, text, own)):
+                    and _names_it(text, last, parts if len(words) == 1 else None)
+                    and (reaching is not None or self._may_reach(path, text, own))):  # the index already said
                 found.append(path)
         return found
 
@@ -577,7 +578,7 @@ class Project:
         holding a root marker), else `own`'s folder."""
         folders = list(self._search_folders(os.path.dirname(own)))
         root = folders[-1]
-        if root not in self.roots and not any(os.path.exists(os.path.join(root, m)) for m in ROOT_MARKERS):
+        if root not in self.roots and not self._is_root_folder(root):
             root = folders[0]
         if root not in self._tree:
             files: list[str] = []
@@ -1077,29 +1078,10 @@ def _depth(line: str) -> int:
     return sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
 
 
-def _assignments(block: str, names: set[str]) -> list[str]:
-    """The lines of `block` assigning one of `names` (`x = ...`, `a, x = ...`, `self.x = ...`)."""
-    names = names - _EVERYWHERE
-    if not names:
-        return []
-    naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
-    found: list[str] = []
-    end = 0
-    for match in naming.finditer(block):  # only the lines naming one: a big block is read once
-        if match.start() < end:
-            continue  # on a line already judged
-        start = block.rfind("\n", 0, match.start()) + 1
-        end = block.find("\n", match.end())
-        end = len(block) if end < 0 else end + 1
-        target = _assigned_part(block[start:end])
-        if target is not None and naming.search(target):
-            found.append(block[start:end])
-    return found
-
-
 class _Assignments:
-    """`_assignments(block, names)` for any names, from one pass over the block's lines: each
-    line that assigns, with the words of what it assigns to."""
+    """The lines of a block that assign (`x = ...`, `a, x = ...`, `self.x = ...`), each with
+    the words of what it assigns to, found in one pass: `of(names)` gives those assigning one
+    of `names`, for any names."""
 
     def __init__(self, block: str) -> None:
         self.lines: list[tuple[str, set[str]]] = []

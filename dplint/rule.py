@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, ClassVar, Iterator, Optional, Sequence, Union
 
 if TYPE_CHECKING:  # keep `import dplint.rule` free of LibCST
     import libcst as cst
@@ -113,6 +113,13 @@ class Rule:
     @classmethod
     def documentation(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
+
+
+def rule_may_match(text: str, rule, own: Optional[str] = None) -> bool:
+    """Whether a rule (or its catalog entry) may fire on `text`: its tokens there and, with
+    `own` (the file's own text when `text` adds its import closure), its anchor tokens in
+    `own`. The pre-filter of the engine and of the runner."""
+    return tokens_match(text, rule.tokens) and tokens_match(text if own is None else own, rule.anchor_tokens)
 
 
 def tokens_match(text: str, tokens: Sequence[Union[str, Sequence[str]]]) -> bool:

@@ -176,10 +176,9 @@ def may_match(text: str, codes: frozenset[str], own: Optional[str] = None) -> bo
     can any of them fire on this text (`own`: see `could_match`)? A file that fails it is
     clean without being parsed."""
     from dplint.registry import rule_catalog
-    from dplint.rule import tokens_match
+    from dplint.rule import rule_may_match
 
-    return any(rule.code in codes and tokens_match(text, rule.tokens)
-               and tokens_match(text if own is None else own, rule.anchor_tokens) for rule in rule_catalog())
+    return any(rule.code in codes and rule_may_match(text, rule, own) for rule in rule_catalog())
 
 
 def files_to_check(paths: list[str], settings: Settings, force_exclude: bool = False) -> tuple[list[str], list]:

@@ -352,7 +352,7 @@ class SemanticModel:
         if self._calls_in is None:
             self._calls_in = {}
             for site in self.calls:
-                owner = next((a for a in self.ancestors(site.node) if type(a) in _SCOPE_NODES), None)
+                owner = next((a for a in self.ancestors(site.node) if type(a) in SCOPE_NODES), None)
                 self._calls_in.setdefault(owner, []).append(site)
         return self._calls_in.get(function, [])
 
@@ -464,7 +464,7 @@ class SemanticModel:
 
 
 # --------------------------------------------------------------------------- helpers
-_SCOPE_NODES = frozenset((cst.FunctionDef, cst.Lambda, cst.ClassDef))
+SCOPE_NODES = frozenset((cst.FunctionDef, cst.Lambda, cst.ClassDef))  # the nodes that open a scope
 
 
 def dotted_name(expr: Optional[cst.CSTNode]) -> Optional[str]:

@@ -19,7 +19,7 @@ from typing import Iterable, Optional, Sequence
 import libcst as cst
 
 from dplint.flow import catches_attribute_error, self_consistent
-from dplint.semantic import SemanticModel, Wrapping, dotted_name, literal_value, own_returns
+from dplint.semantic import SCOPE_NODES, SemanticModel, Wrapping, dotted_name, literal_value, own_returns
 
 # Public attributes of `nn.Module()` in torch 2.13.
 MODULE_ATTRIBUTES = frozenset({
@@ -240,7 +240,6 @@ def wrapping_model(model: SemanticModel, wrapping: Wrapping) -> Optional[Semanti
     return project.model_owning(wrapping.call) if project is not None else None
 
 
-_SCOPE_TYPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _BLOCKS_WITH_ASSERTS: "weakref.WeakKeyDictionary[SemanticModel, set]" = weakref.WeakKeyDictionary()
 
 
@@ -253,7 +252,7 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
         asserting = _BLOCKS_WITH_ASSERTS[model] = {model.parent(model.parent(a)) for a in model.nodes_of(cst.Assert)}
     for ancestor in model.ancestors(node):
         kind = type(ancestor)  # exact types: LibCST's classes are ABCs, slow in `isinstance`
-        if kind in _SCOPE_TYPES:
+        if kind in SCOPE_NODES:
             break
         if kind is cst.If or kind is cst.IfExp:
             in_body = _is_within(child, ancestor.body)

@@ -337,8 +337,7 @@ def _candidates(model: SemanticModel) -> Iterator[tuple[cst.BaseExpression, str,
         # Exactly the wrapper's prefix: `k.replace("module.visual.trunk.", "")` strips another one.
         if old in GUARD_PREFIXES and new == "":
             yield site.node, method[0].value, method[1]
-    subscripts = [node for node in model.nodes() if type(node) is cst.Subscript]  # no second tree walk
-    for node in subscripts:
+    for node in model.nodes_of(cst.Subscript):  # no second tree walk
         if len(node.slice) != 1:
             continue
         part = node.slice[0].slice
