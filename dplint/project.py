@@ -1302,7 +1302,7 @@ def _is_definition(callee, path: str, target: tuple[str, ...]) -> bool:
 
 def owns(model: SemanticModel, node: cst.CSTNode) -> bool:
     """Whether `node` belongs to this model's tree (and not to another file's)."""
-    return node is model.module or model.parent(node) is not None
+    return model.contains(node)
 
 
 def top_level_definition(model: SemanticModel, name: str) -> Optional[cst.CSTNode]:

@@ -205,8 +205,9 @@ class SemanticModel:
         return self._parent.get(node)
 
     def children(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        """The node's children in source order, as `node.children` lists them, read from the
-        parent table: LibCST's `children` walks the node with a visitor on every call."""
+        """The node's children in source order, as `node.children` lists them but for the
+        TOKEN_NODES, read from the parent table: LibCST's `children` walks the node with a
+        visitor on every call."""
         if self._children is None:
             table: dict[cst.CSTNode, list[cst.CSTNode]] = {}
             for child, parent in self._parent.items():
@@ -259,6 +260,18 @@ class SemanticModel:
         ]
         node._codegen(state)
         return "".join(state.tokens)
+
+    def contains(self, node: cst.CSTNode) -> bool:
+        """Whether `node` belongs to this model's tree (and not to another file's). The
+        TOKEN_NODES are not in the tables: an edit anchored on one (a comment line that moves
+        with its statement) is looked up among the positions, which it needs anyway."""
+        if node is self.module or node in self._parent:
+            return True
+        if type(node) not in TOKEN_NODES:
+            return False
+        if self._positions is None:
+            self._positions = _SpanRecorder(self.module)
+        return node in self._positions.spans
 
     def position(self, node: cst.CSTNode):
         """(start, end) CodePositions of a node, 1-based lines and 0-based columns.
@@ -357,7 +370,8 @@ class SemanticModel:
         return self._calls_in.get(function, [])
 
     def nodes(self) -> Iterator[cst.CSTNode]:
-        """Every node of the module except the module itself, in source order (no tree walk)."""
+        """Every node of the module except the module itself and the TOKEN_NODES (whitespace,
+        comments, punctuation), in source order (no tree walk)."""
         return iter(self._parent)
 
     def nodes_of(self, *node_types: type) -> list[cst.CSTNode]:
@@ -465,6 +479,14 @@ class SemanticModel:
 
 # --------------------------------------------------------------------------- helpers
 SCOPE_NODES = frozenset((cst.FunctionDef, cst.Lambda, cst.ClassDef))  # the nodes that open a scope
+# Whitespace, comments and punctuation: six nodes in ten of a typical file, and nothing any
+# analysis asks about (they are read as attributes of their owner, `arg.comma`, when at all).
+# The semantic model leaves them out of its tables: no parent, no order, not in `nodes()`.
+TOKEN_NODES = frozenset((
+    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine,
+    cst.Comment, cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual, cst.LeftParen, cst.RightParen,
+    cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace,
+))
 
 
 def dotted_name(expr: Optional[cst.CSTNode]) -> Optional[str]:
@@ -624,15 +646,17 @@ class _Collector(cst.CSTVisitor):
                 fields = _child_fields(node)
             if fields is None:
                 for child in node.children:
-                    self._walk(child, node)
+                    if type(child) not in TOKEN_NODES:
+                        self._walk(child, node)
             else:
                 for name in fields:
                     value = getattr(node, name)
                     kind = type(value)
                     if kind is tuple or kind is list:
                         for child in value:
-                            self._walk(child, node)
-                    elif value is not None and kind is not cst.MaybeSentinel:
+                            if type(child) not in TOKEN_NODES:
+                                self._walk(child, node)
+                    elif value is not None and kind is not cst.MaybeSentinel and kind not in TOKEN_NODES:
                         self._walk(value, node)
         try:
             method = _LEAVE_HANDLERS[node_type]
@@ -649,6 +673,8 @@ class _Collector(cst.CSTVisitor):
     # runs this visitor through LibCST's `visit` (the typed visit_X / leave_X looked up once
     # per type: LibCST's own dispatch looks them up by name for every node).
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in TOKEN_NODES:
+            return False
         if self.stack:
             self.model._parent[node] = self.stack[-1]
         self.model._order[node] = self.counter
@@ -658,6 +684,8 @@ class _Collector(cst.CSTVisitor):
         return method is None or method(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
+        if type(original_node) in TOKEN_NODES:
+            return
         method = _handler(_LEAVE_HANDLERS, "leave_", type(original_node))
         if method is not None:
             method(self, original_node)
@@ -877,10 +905,16 @@ class _Collector(cst.CSTVisitor):
     # An assignment takes effect after its whole statement ran: in `model = DDP(model)` the
     # argument still reads the old `model`. So its order is fixed when the visit leaves it.
     def _close_assignment(self, node: cst.CSTNode) -> None:
+        closed = False
         for binding in self.open_assignments:
             if binding.node is node:
                 binding.order = self.counter
-        self.open_assignments = [b for b in self.open_assignments if b.node is not node]
+                closed = True
+        if closed:
+            # The order is a slot of its own: the next statement (numbered from the counter)
+            # comes strictly after the assignment.
+            self.counter += 1
+            self.open_assignments = [b for b in self.open_assignments if b.node is not node]
 
     def leave_Assign(self, original_node: cst.Assign) -> None:
         self._close_assignment(original_node)
