@@ -1,4 +1,4 @@
-from dplint.cli import main
+from dplint.cli import entry_point
 
 if __name__ == "__main__":
-    main()
+    entry_point()

@@ -5,6 +5,7 @@ Exit codes are a contract (as ruff's): 0 clean, 1 findings, 2 usage or internal 
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Optional
@@ -29,6 +30,35 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 @click.version_option(__version__, "-V", "--version", prog_name="dplint")
 def main() -> None:
     """Find and fix DataParallel / DistributedDataParallel misuses in PyTorch training scripts."""
+
+
+# Set by `entry_point`: this process ends when the command does. A check then leaves the
+# garbage collector off after its run (see `_run`) and nothing is torn down at exit.
+_PROCESS_ENDS_WITH_COMMAND = False
+
+
+def entry_point() -> None:
+    """The `dplint` command (and `python -m dplint`): `main`, then a hard exit.
+
+    A whole-repository check ends holding millions of tree nodes. A normal interpreter exit
+    deallocates each of them and collects garbage once more: a fifth of the CPU time of such a
+    run, for memory the operating system takes back anyway. So, like mypy, the command flushes
+    its output and leaves with `os._exit`. Were the flush to fail (a closed pipe), the exit is
+    Python's own, with its usual message and status."""
+    global _PROCESS_ENDS_WITH_COMMAND
+    _PROCESS_ENDS_WITH_COMMAND = True
+    try:
+        main()  # click's standalone mode ends every command with SystemExit
+    except SystemExit as done:
+        status = done.code
+        if status is not None and not isinstance(status, int):
+            raise  # a message for Python to print
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            raise done from None
+        os._exit(status or 0)
 
 
 def _common_options(function):
@@ -114,6 +144,10 @@ def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, exten
     from dplint.runner import FileReport, FixOptions, RunReport, files_to_check, process_stdin, run
 
     quiet = quiet or silent
+    if _PROCESS_ENDS_WITH_COMMAND:
+        # The run switches the collector off while it works; turned back on, its first pass would
+        # walk every node the run left behind, for memory the exit hands back anyway.
+        gc.disable()
 
     def inform(message: str) -> None:  # what -q and -s silence: summaries and warnings on stderr
         if not quiet:

@@ -251,12 +251,13 @@ def modules_after(code: str) -> set[str]:
 
 def cli_modules(*args: str) -> str:
     return (
-        "import runpy, sys\n"
+        "import sys\n"
         "import dplint.cache\n"
+        "from dplint.cli import main\n"  # not `python -m dplint`: its hard exit would not come back
         "dplint.cache.code_fingerprint = lambda: 'pinned'  # see pinned_code_fingerprint\n"
         f"sys.argv = ['dplint', *{list(args)!r}]\n"
         "try:\n"
-        "    runpy.run_module('dplint', run_name='__main__')\n"
+        "    main()\n"
         "except SystemExit:\n"
         "    pass\n"
     )
@@ -368,3 +369,34 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_command_called_in_process_leaves_the_collector_on(tmp_path):
+    """Only the `dplint` process itself (`entry_point`, which ends with a hard exit) keeps the
+    collector off after a check; `main` called in a process that goes on (a test, an editor
+    integration) leaves it as it was."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from dplint.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch.nn as nn\nmodel = nn.DataParallel(net)\nmodel.train()\n")
+    assert gc.isenabled()
+    result = CliRunner().invoke(main, ["check", "--no-cache", str(script)])
+    assert result.exit_code == 0, result.output  # the check ran to its end
+    assert gc.isenabled()
+
+
+def test_the_command_flushes_everything_before_its_hard_exit(tmp_path):
+    """`dplint` leaves with `os._exit` (no interpreter teardown): what it printed must arrive
+    whole, through a pipe, with the exit status of the check."""
+    command = [sys.executable, "-m", "dplint", "check", "--no-cache", "--output-format", "json", str(FIXTURES / "strip-module")]
+    done = subprocess.run(command, capture_output=True, timeout=120)
+    findings = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert len(findings) >= 10 and len(done.stdout) > 8192  # more than one pipe buffer's worth
+    written = tmp_path / "report.json"
+    done = subprocess.run([*command, "--output-file", str(written)], capture_output=True, timeout=120)
+    assert done.returncode == 1 and json.loads(written.read_text()) == findings
