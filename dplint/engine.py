@@ -23,6 +23,8 @@ from dplint.rule import (
     TextEdit,
     Violation,
     rule_may_match,
+    token_parts,
+    tokens_in,
 )
 from dplint.semantic import SemanticModel
 from dplint.project import owns
@@ -73,7 +75,7 @@ def lint_source(text: str, path: str, rules: Sequence[Rule], project=None) -> Li
     helper makes a file without the word `DistributedSampler` worth parsing); without one,
     the file is analysed alone."""
     closure = project.import_closure(path, text) if project is not None else {}
-    searched = text if not closure else "\n".join((text, *closure.values()))
+    searched = text if not closure else tokens_in((text, *closure.values()), token_parts(rules))
     active = [rule for rule in rules if could_match(searched, rule, text)]
     if not active:
         return LintResult(dependencies=project.hashes(closure) if closure else {})

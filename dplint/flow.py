@@ -2260,7 +2260,7 @@ class Flow:
             if os.path.abspath(path) == own:
                 continue
             text = project.file_text(path)
-            if not text or not subclassing.search(text):
+            if not text or class_node.name.value not in text or not subclassing.search(text):
                 continue
             other = project.model_for(path)
             if other is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, AbstractSet, ClassVar, Iterable, Iterator, Optional, Sequence, Union
 
 if TYPE_CHECKING:  # keep `import dplint.rule` free of LibCST
     import libcst as cst
@@ -122,14 +122,44 @@ def rule_may_match(text: str, rule, own: Optional[str] = None) -> bool:
     return tokens_match(text, rule.tokens) and tokens_match(text if own is None else own, rule.anchor_tokens)
 
 
-def tokens_match(text: str, tokens: Sequence[Union[str, Sequence[str]]]) -> bool:
-    """Whether text satisfies a rule's pre-filter tokens (see Rule.tokens); no tokens: always."""
+def tokens_match(text: Union[str, AbstractSet[str]], tokens: Sequence[Union[str, Sequence[str]]]) -> bool:
+    """Whether text satisfies a rule's pre-filter tokens (see Rule.tokens); no tokens: always.
+    `text` may also be the set of token parts a text holds (`tokens_in`)."""
     if not tokens:
         return True
     return any(
         (entry in text) if isinstance(entry, str) else all(part in text for part in entry)
         for entry in tokens
     )
+
+
+def token_parts(rules: Iterable) -> frozenset[str]:
+    """Every string the rules' pre-filter tokens test for (a pair's parts one by one)."""
+    return frozenset(
+        part for rule in rules for entry in (*rule.tokens, *rule.anchor_tokens)
+        for part in ((entry,) if isinstance(entry, str) else entry)
+    )
+
+
+# parts -> {text: the parts it holds}. A file's import closure is made of the imported
+# definitions' texts, and the same ones (a library's central class) are in most files'
+# closures: each is read once per run, not once per file and rule.
+_PARTS_FOUND: dict[frozenset[str], dict[str, frozenset[str]]] = {}
+
+
+def tokens_in(texts: Iterable[str], parts: frozenset[str]) -> frozenset[str]:
+    """Which of `parts` the texts hold, together: what `tokens_match` reads in place of the
+    texts joined by newlines (no part holds a newline, so none spans two texts)."""
+    known = _PARTS_FOUND.setdefault(parts, {})
+    if len(known) > 20_000:
+        known.clear()
+    found: set[str] = set()
+    for text in texts:
+        held = known.get(text)
+        if held is None:
+            held = known[text] = frozenset(part for part in parts if part in text)
+        found |= held
+    return frozenset(found)
 
 
 @dataclass(frozen=True)

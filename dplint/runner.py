@@ -229,6 +229,11 @@ def _run(paths: list[str], settings: Settings, fix: Optional[FixOptions], jobs: 
     keys: dict[str, tuple[str, str]] = {}  # path -> (content hash, rule set) for the cache
     sizes: dict[str, int] = {}
 
+    from dplint.registry import rule_catalog
+    from dplint.rule import token_parts, tokens_in
+
+    catalog_parts = token_parts(rule_catalog())
+
     def plan(path: str, source, codes: frozenset[str]) -> None:
         """A file the cache cannot answer for: clean unread when the pre-filter says so, else to do."""
         closure: dict[str, str] = {}
@@ -236,7 +241,7 @@ def _run(paths: list[str], settings: Settings, fix: Optional[FixOptions], jobs: 
         if not matches:
             # A file may still need parsing for what the project files it imports hold.
             closure = project_for(roots).import_closure(path, source.text)
-            matches = bool(closure) and may_match("\n".join((source.text, *closure.values())), codes, source.text)
+            matches = bool(closure) and may_match(tokens_in((source.text, *closure.values()), catalog_parts), codes, source.text)
         if not matches:
             reports[path] = FileReport(path, dependencies=project_for(roots).hashes(closure))
             if cache is not None:

@@ -400,3 +400,25 @@ def test_the_command_flushes_everything_before_its_hard_exit(tmp_path):
     written = tmp_path / "report.json"
     done = subprocess.run([*command, "--output-file", str(written)], capture_output=True, timeout=120)
     assert done.returncode == 1 and json.loads(written.read_text()) == findings
+
+
+def test_token_parts_of_the_pieces_answer_as_the_joined_text():
+    """The pre-filter reads a file's import closure as the set of token parts its pieces hold
+    (`tokens_in`, memoised per piece): every rule must get the answer the pieces joined by
+    newlines give, also for pairs whose parts sit in different pieces."""
+    from dplint.rule import token_parts, tokens_in, tokens_match
+
+    rules = all_rules()
+    parts = token_parts(rules)
+    assert "DataParallel" in parts and "set_epoch" in parts  # a single token, and a pair's part
+    texts = [script.read_text(encoding="utf-8", errors="replace") for script in SCRIPTS[::5]]
+    groups = [texts[i : i + 3] for i in range(0, len(texts), 3)] + [["x = 'save'", "import deepspeed"], ["sa", "ve"], []]
+    decided = set()
+    for pieces in groups:
+        joined = "\n".join(pieces)
+        for rule in rules:
+            expected = tokens_match(joined, rule.tokens)
+            assert tokens_match(tokens_in(pieces, parts), rule.tokens) == expected, (rule.code, pieces)
+            decided.add(expected)
+    assert decided == {True, False}
+    assert tokens_match(tokens_in(["x = 'save'", "import deepspeed"], parts), [("save", "deepspeed")])
