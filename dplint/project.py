@@ -161,21 +161,25 @@ class Project:
         self._forget_oldest()
         return model
 
-    def parse_shared_imports(self, files: list[tuple[str, str]]) -> None:
+    def parse_shared_imports(self, files: list[tuple[str, str]]) -> list[str]:
         """Parse now those of `files` ((path, text) pairs, all to be linted) that two or more
-        of them import, as their import closures tell: before a pool of workers forks, so
-        that the workers inherit them instead of each parsing them again (a whole
-        repository's central modules are imported by files in every worker). Only files to
-        be linted anyway: a parse here is never one that no worker would have made."""
+        of them import, as their import closures tell, and return them, the most imported
+        first: before a pool of workers forks, so that the workers inherit them instead of
+        each parsing them again (a whole repository's central modules are imported by files
+        in every worker). Only files to be linted anyway: a parse here is never one that no
+        worker would have made."""
         linted = {os.path.abspath(path): text for path, text in files}
         importers: dict[str, int] = {}
         for path, text in files:
             for other in self.import_closure(path, text, importers=False):
                 importers[other] = importers.get(other, 0) + 1
-        for other, count in importers.items():
+        shared = []
+        for other, count in sorted(importers.items(), key=lambda item: (-item[1], item[0])):
             if count >= 2 and other in linted and len(self._models) < MAX_MODELS:
                 self.model_for(other)  # a file changed since the run read it is parsed again when linted
+                shared.append(other)
         self._reading = None
+        return shared
 
     def _forget_oldest(self) -> None:
         """Drop the least recently parsed models beyond MAX_MODELS (they are parsed again if asked)."""
@@ -356,11 +360,10 @@ class Project:
             found: list[tuple[str, Optional[str]]] = []
             is_package = os.path.basename(target) == "__init__.py"
             stem = os.path.basename(os.path.dirname(target)) if is_package else os.path.basename(target)[:-3]
-            naming = re.compile(r"\b" + re.escape(stem) + r"\b")
+            naming = WholeWords((stem,))
             for path in files if len(files) <= MAX_INDEXED_FILES else ():
                 text = self._text(path)
-                # The substring test first: a pattern that starts with `\b` is searched for at
-                # every position of the text, some fifty times slower.
+                # The substring test first: most files do not hold the name at all.
                 if path == target or text is None or stem not in text or "import" not in text or not naming.search(text):
                     continue
                 found.extend((path, name) for module_file, name in self._imports_of_file(path, text) if module_file == target)
@@ -527,7 +530,7 @@ class Project:
         word) and an import that may reach `own`: one naming its module or a package above
         it, or a relative one. Empty when the project is too big to scan."""
         root, files = self._project_files(own)
-        last = re.compile(r"\b" + re.escape(words[-1]) + r"\b")
+        last = WholeWords(words[-1:])
         parts = [p for p in os.path.relpath(own, root)[:-3].split(os.sep) if p and p != "__init__"]
         importing = re.compile(
             r"^[ \t]*(?:from[ \t]+\.|(?:from|import)[ \t][^\n]*\b(?:" + "|".join(map(re.escape, parts)) + r")\b)", re.M
@@ -790,6 +793,40 @@ def path_edit_folders(path: str, text: str) -> list[str]:
 
 
 _WORD = re.compile(r"\w+")
+
+
+class WholeWords:
+    """Where identifiers occur as whole words: `re.compile(r"\b(?:name|other)\b")`'s matches,
+    as (start, end) spans, without a regular expression. A pattern that starts with `\b` is
+    tried at every position of the text (some forty times slower on a big file than a plain
+    search), and compiling one for each new set of names cost more still; `str.find` needs
+    neither. Two names never match at one place: each match is a whole word."""
+
+    def __init__(self, names) -> None:
+        self.names = tuple(sorted(set(names)))
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        found = []
+        for name in self.names:
+            start = text.find(name)
+            while start >= 0:
+                end = start + len(name)
+                if (not start or not _is_word_character(text[start - 1])) \
+                        and (end == len(text) or not _is_word_character(text[end])):
+                    found.append((start, end))
+                start = text.find(name, end)
+        if len(self.names) > 1:
+            found.sort()
+        return found
+
+    def search(self, text: str) -> Optional[tuple[int, int]]:
+        """The first span, or None."""
+        spans = self.spans(text)
+        return spans[0] if spans else None
+
+
+def _is_word_character(character: str) -> bool:
+    return character.isalnum() or character == "_"  # what `\w` matches
 _CALLED = re.compile(r"\b(\w+)\s*\(")  # `\b`: tried at word starts only (the same matches, found faster)
 _BLOCK = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)", re.M)
 
@@ -971,7 +1008,7 @@ class _ScannedText:
         users: set[str] = set()
         wanted = set(names)
         for _ in range(2):
-            naming = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(wanted))) + r")\b")
+            naming = WholeWords(wanted)
             holders = set()
             for block, holder, words in segments:
                 if holder in wanted or wanted.isdisjoint(words):
@@ -1013,7 +1050,7 @@ class _ScannedText:
     def imports_naming(self, name: str) -> str:
         """`_import_lines(self.text, name)`."""
         if name not in self._naming_imports:
-            naming = re.compile(r"\b" + re.escape(name) + r"\b")
+            naming = WholeWords((name,))
             self._naming_imports[name] = "\n".join(line for line in self._import_statements() if naming.search(line))
         return self._naming_imports[name]
 
@@ -1032,16 +1069,16 @@ class _ScannedText:
         return [line for line, words in self._import_words if not used.isdisjoint(words)]
 
 
-def _statements_naming(block: str, naming: re.Pattern) -> list[str]:
+def _statements_naming(block: str, naming: WholeWords) -> list[str]:
     """The lines of `block` that match `naming`, each with the lines that follow it until
     its brackets close (a call spread over lines), at most 12 lines each."""
     found: list[str] = []
     end = 0
-    for match in naming.finditer(block):  # only the lines naming one
-        if match.start() < end:
+    for use_start, use_end in naming.spans(block):  # only the lines naming one
+        if use_start < end:
             continue  # on a line already taken
-        start = block.rfind("\n", 0, match.start()) + 1
-        end = block.find("\n", match.end())
+        start = block.rfind("\n", 0, use_start) + 1
+        end = block.find("\n", use_end)
         end = len(block) if end < 0 else end + 1
         line = block[start:end]
         if line.lstrip().startswith(("def ", "async def ", "class ", "#")):
@@ -1061,14 +1098,14 @@ def _statements_naming(block: str, naming: re.Pattern) -> list[str]:
 _DOTTED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?:\.(\w+))?[\w.]*(?:[ \t]*(=)(?!=))?")
 
 
-def _passed_names(statements: list[str], naming: re.Pattern) -> set[str]:
+def _passed_names(statements: list[str], naming: WholeWords) -> set[str]:
     """The names the statements pass on, read after the name they use: `net` and `trainer`
     in `store(net, trainer.cfg, path=self.target)` (`target` for `self.target`), not the
     attributes read off them nor keyword names."""
     found: set[str] = set()
     for statement in statements:
         use = naming.search(statement)
-        for match in _DOTTED.finditer(statement, use.end() if use else 0):
+        for match in _DOTTED.finditer(statement, use[1] if use else 0):
             base, attribute, keyword = match.groups()
             if keyword:
                 continue
@@ -1161,19 +1198,20 @@ def _import_lines(text: str, name: Optional[str] = None) -> str:
     """The module's import statements (those naming `name`, when given)."""
     lines = [m.group(0) for m in _FROM_IMPORT.finditer(text)] + [m.group(0) for m in _IMPORT.finditer(text)]
     if name is not None:
-        lines = [line for line in lines if re.search(r"\b" + re.escape(name) + r"\b", line)]
+        naming = WholeWords((name,))
+        lines = [line for line in lines if naming.search(line)]
     return "\n".join(lines)
 
 
-def _names_it(text: str, name: re.Pattern, modules: Optional[list[str]]) -> bool:
+def _names_it(text: str, name: WholeWords, modules: Optional[list[str]]) -> bool:
     """Whether `text` uses the name other than by defining its own: with `modules` (a
     top-level function or class), `x.name` counts only where `x` is one of the module
     names (`engine.train_one_epoch`), so that `model.train()` is not `train`."""
     if modules is not None:  # `import distributed as dist` then `dist.data_sampler(...)`
         modules = [*modules, *re.findall(r"^[ \t]*(?:from|import)[ \t][^\n#]*\bas[ \t]+(\w+)", text, re.M)]
-    for match in name.finditer(text):
-        before = text[max(0, match.start() - 64):match.start()]
-        if before.endswith(("def ", "class ", "'", '"')) or text[match.end():match.end() + 1] in ("'", '"'):
+    for start, end in name.spans(text):
+        before = text[max(0, start - 64):start]
+        if before.endswith(("def ", "class ", "'", '"')) or text[end:end + 1] in ("'", '"'):
             continue  # its own definition, or a string such as a dict key
         if modules is not None and before.endswith("."):
             owner = re.search(r"(\w+)\.$", before)

@@ -104,8 +104,9 @@ def test_files_two_others_import_are_parsed_before_the_pool_forks(tmp_path):
         (tmp_path / name).write_text(text)
     linted = [*files, "helpers.py", "only_once.py"]
     project = Project((str(tmp_path),))
-    project.parse_shared_imports([(str(tmp_path / name), (tmp_path / name).read_text()) for name in linted])
+    shared = project.parse_shared_imports([(str(tmp_path / name), (tmp_path / name).read_text()) for name in linted])
     # helpers.py: linted, and imported twice; only_once.py: imported once; not_linted.py: not linted
+    assert shared == [str(tmp_path / "helpers.py")]
     assert set(project._models) == {str(tmp_path / "helpers.py")}
     assert project.parsed(str(tmp_path / "helpers.py"), (tmp_path / "helpers.py").read_text()) is not None
 
@@ -121,3 +122,22 @@ def test_a_pool_finds_what_one_process_finds(folder: Path, monkeypatch):
 
     monkeypatch.setattr("dplint.runner.PARALLEL_THRESHOLD", 1)
     assert findings(2) == findings(1)
+
+
+def test_files_others_import_are_linted_before_the_pool_forks_up_to_a_share_of_the_text(tmp_path):
+    """The parent lints the most imported files itself before forking (the workers inherit
+    what their analysis found), but no more than a `jobs`-th of the text to lint."""
+    from dplint.runner import _lint_before_forking
+
+    (tmp_path / "core.py").write_text("def build(model):\n    return model\n")
+    (tmp_path / "big.py").write_text("def load(path):\n    return path\n" + "# padding\n" * 400)
+    texts = {name: (tmp_path / name).read_text() for name in ("core.py", "big.py")}
+    for index in range(4):
+        texts[f"user{index}.py"] = "from core import build\nfrom big import load\n"
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+    todo = [(str(tmp_path / name), text, None, (str(tmp_path),)) for name, text in texts.items()]
+    first = _lint_before_forking(Project((str(tmp_path),)), todo, jobs=2)
+    assert [item[0] for item in first] == [str(tmp_path / "core.py")]  # big.py: over half the text
+    first = _lint_before_forking(Project((str(tmp_path),)), todo, jobs=1)
+    assert sorted(item[0] for item in first) == [str(tmp_path / "big.py"), str(tmp_path / "core.py")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -422,3 +423,19 @@ def test_token_parts_of_the_pieces_answer_as_the_joined_text():
             decided.add(expected)
     assert decided == {True, False}
     assert tokens_match(tokens_in(["x = 'save'", "import deepspeed"], parts), [("save", "deepspeed")])
+
+
+@pytest.mark.parametrize("names", [("net",), ("net", "trainer"), ("a", "ab", "b"), ("x_1",)])
+def test_whole_words_finds_what_the_boundary_pattern_finds(names):
+    from dplint.project import WholeWords
+
+    texts = [
+        "net = Net()\ntrainer.fit(net)\nsubnet(net_2, net)\n_net.net\n",
+        "ab a b aab abb a_b ba (a)(b)[ab]\nx_1 xx_1 x_10 x_1x\n",
+        "net", "", "abnet netab trainernet net.trainer", "né net ñet net_ net\u00b2 \u00b2net",
+    ]
+    boundary = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
+    for text in texts:
+        expected = [m.span() for m in boundary.finditer(text)]
+        assert WholeWords(names).spans(text) == expected
+        assert WholeWords(names).search(text) == (expected[0] if expected else None)

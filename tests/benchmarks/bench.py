@@ -20,8 +20,9 @@ and of the CPU time (user + system, all processes: steadier than wall time on a 
 (no pre-filter, no cache), so a speed-up that loses findings shows.
 
 The speed budget (issue 11) compares with a release in the same run: `--against PY` runs
-every dplint cell again with another interpreter (a release installed in its own virtualenv)
-and adds the ratio of the CPU medians; `--repo PATH` adds a corpus (r) that checks a whole
+every dplint cell again with another interpreter (a release installed in its own virtualenv),
+each run of one right after the same run of the other (a busy machine's speed drifts), and
+adds the ratio of the CPU medians; `--repo PATH` adds a corpus (r) that checks a whole
 repository the way a user does (`dplint check .` at its root); `--one-file` times one small
 fixture checked in a fresh process, no cache (the import of LibCST included).
 
@@ -217,38 +218,51 @@ def finding_keys(findings: list[dict]) -> list[tuple]:
     return sorted((f["filename"], f["location"]["row"], f["location"]["column"], f["code"]) for f in findings)
 
 
-def bench_dplint(corpus: Corpus, args, work: Path, python: str | None = None) -> tuple[Timing, str]:
-    timing = Timing()
-    python = python or args.python
-    base = [python, "-m", "dplint", "check", "--output-format", "json", "--exit-zero"]
-    if args.jobs:
-        base += ["--jobs", str(args.jobs)]
+def bench_dplint(corpus: Corpus, args, work: Path, pythons: list[str]) -> list[tuple[Timing, str]]:
+    """Time dplint with each interpreter (this checkout's first, then a release's). The runs
+    alternate between the interpreters, run by run: this machine's speed drifts over a minute,
+    and the ratio of two blocks timed one after the other measured the drift as much as dplint."""
+    timings = [Timing() for _ in pythons]
+    commands = []
+    for python in pythons:
+        base = [python, "-m", "dplint", "check", "--output-format", "json", "--exit-zero"]
+        if args.jobs:
+            base += ["--jobs", str(args.jobs)]
+        commands.append(base)
     paths = ["."] if corpus.cwd is not None else [str(p) for p in corpus.paths]
-    cache = work / f"cache-{corpus.key}-{hashlib.sha256(python.encode()).hexdigest()[:8]}"
+    caches = [work / f"cache-{corpus.key}-{hashlib.sha256(python.encode()).hexdigest()[:8]}" for python in pythons]
     # A run at a repository's root; elsewhere the work folder (never this checkout: `python -m
     # dplint` would import the checkout's own dplint, whatever the interpreter).
     where = corpus.cwd or work
-    keys = None
+    keys: list = [None for _ in pythons]
     for _ in range(args.runs):
-        shutil.rmtree(cache, ignore_errors=True)
-        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], where, timing.cold_cpu, RUN_ENV)
-        timing.cold.append(seconds)
-        keys = finding_keys(dplint_findings(result))
-    filled = {p: p.stat().st_mtime_ns for p in cache.glob("results-*.json")}
+        for index, (timing, base, cache) in enumerate(zip(timings, commands, caches)):
+            shutil.rmtree(cache, ignore_errors=True)
+            seconds, result = timed([*base, "--cache-dir", str(cache), *paths], where, timing.cold_cpu, RUN_ENV)
+            timing.cold.append(seconds)
+            keys[index] = finding_keys(dplint_findings(result))
+    filled = [{p: p.stat().st_mtime_ns for p in cache.glob("results-*.json")} for cache in caches]
     for _ in range(args.runs):
-        seconds, result = timed([*base, "--cache-dir", str(cache), *paths], where, timing.warm_cpu, RUN_ENV)
-        timing.warm.append(seconds)
-        if finding_keys(dplint_findings(result)) != keys:
-            timing.note = "warm findings DIFFER from cold"
-    if {p: p.stat().st_mtime_ns for p in cache.glob("results-*.json")} != filled:
-        timing.note = "a warm run missed the cache (dplint's code edited during the bench?)"
-    timing.findings = len(keys)
+        for index, (timing, base, cache) in enumerate(zip(timings, commands, caches)):
+            seconds, result = timed([*base, "--cache-dir", str(cache), *paths], where, timing.warm_cpu, RUN_ENV)
+            timing.warm.append(seconds)
+            if finding_keys(dplint_findings(result)) != keys[index]:
+                timing.note = "warm findings DIFFER from cold"
+    for timing, cache, before, found in zip(timings, caches, filled, keys):
+        if {p: p.stat().st_mtime_ns for p in cache.glob("results-*.json")} != before:
+            timing.note = "a warm run missed the cache (dplint's code edited during the bench?)"
+        timing.findings = len(found)
+    return [(timing, _same_as_unfiltered(corpus, args, work, python, paths, where, found) if index == 0 else "")
+            for index, (timing, python, found) in enumerate(zip(timings, pythons, keys))]
+
+
+def _same_as_unfiltered(corpus: Corpus, args, work: Path, python: str, paths: list[str], where: Path, keys) -> str:
     same = "not checked"
     if (corpus.key not in ("c", "r") or args.check_unfiltered_c) and python == args.python:
         command = [python, "-c", UNFILTERED, "check", "--output-format", "json", "--exit-zero", "--no-cache", *paths]
         unfiltered = finding_keys(dplint_findings(timed(command, where, env=RUN_ENV)[1]))
         same = "yes" if unfiltered == keys else f"NO ({len(unfiltered)} unfiltered vs {len(keys)})"
-    return timing, same
+    return same
 
 
 def one_file(python: str, runs: int, work: Path) -> list[float]:
@@ -326,7 +340,8 @@ def main() -> None:
     print("| corpus | files | lines | tool | cold s | cold CPU s | warm s | warm CPU s | findings | dplint cold / tool | same as unfiltered |")
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for corpus in corpora:
-        ours, same = bench_dplint(corpus, args, work)
+        timed_pairs = bench_dplint(corpus, args, work, [args.python, *filter(None, [args.against])])
+        ours, same = timed_pairs[0]
         label = f"({corpus.key}) {corpus.title}"
         if corpus.key == "a":
             digest = hashlib.sha256(corpus.paths[0].read_bytes()).hexdigest()[:8]
@@ -335,7 +350,7 @@ def main() -> None:
               f"| {seconds(ours.warm)} | {seconds(ours.warm_cpu)} | {ours.findings} | 1 "
               f"| {same}{'; ' + ours.note if ours.note else ''} |", flush=True)
         if args.against:
-            theirs, _ = bench_dplint(corpus, args, work, args.against)
+            theirs, _ = timed_pairs[1]
             print(f"| | | | release | {seconds(theirs.cold)} | {seconds(theirs.cold_cpu)} | {seconds(theirs.warm)} "
                   f"| {seconds(theirs.warm_cpu)} | {theirs.findings} | CPU cold {ratio(ours.cold_cpu, theirs.cold_cpu)}, "
                   f"warm {ratio(ours.warm_cpu, theirs.warm_cpu)} | {theirs.note} |", flush=True)
@@ -348,10 +363,13 @@ def main() -> None:
                   f"| {speed:.3f} ({1 / speed:.1f}x faster) | |", flush=True)
     if args.one_file:
         print()
-        ours = one_file(args.python, args.runs, work)
+        ours, theirs = [], []
+        for _ in range(args.runs):  # alternating, as the corpora
+            ours += one_file(args.python, 1, work)
+            if args.against:
+                theirs += one_file(args.against, 1, work)
         line = f"one small file in a fresh process: dplint {seconds(ours)} CPU s (median of {args.runs})"
         if args.against:
-            theirs = one_file(args.against, args.runs, work)
             line += f", release {seconds(theirs)} CPU s ({ratio(ours, theirs)})"
         print(line)
 
