@@ -191,41 +191,82 @@ def call_with_deep_stack(function: Callable[..., Result], *args) -> Result:
     global _deep_calls, _saved_recursion_limit
     if getattr(_deep, "inside", False):
         return function(*args)
-    outcome: list = []
-
-    def target() -> None:
-        _deep.inside = True
+    with _deep_lock:
+        worker = _idle_deep_threads.pop() if _idle_deep_threads else None
+    if worker is None:
         try:
-            outcome.append((True, function(*args)))
-        except BaseException as error:  # handed to the caller's thread
-            outcome.append((False, error))
-
-    thread = threading.Thread(target=target, name="dplint-deep-stack", daemon=True)
+            worker = _DeepThread()
+        except (RuntimeError, ValueError):  # no room for such a stack (ulimit -v)
+            return function(*args)  # on the plain stack, with the plain recursion limit
     with _deep_lock:
         if _deep_calls == 0:
             _saved_recursion_limit = sys.getrecursionlimit()
             sys.setrecursionlimit(max(_saved_recursion_limit, DEEP_RECURSION_LIMIT))
         _deep_calls += 1
-        try:
-            previous_stack = threading.stack_size(DEEP_STACK_BYTES)
-            try:
-                thread.start()
-            finally:
-                threading.stack_size(previous_stack)
-        except (RuntimeError, ValueError):  # no room for such a stack (ulimit -v)
-            thread = None
-            _release_deep_call()
-    if thread is None:
-        return function(*args)  # on the plain stack, with the plain recursion limit
     try:
-        thread.join()
+        succeeded, value = worker.run(function, args)
     finally:
         with _deep_lock:
             _release_deep_call()
-    succeeded, value = outcome[0]
+    with _deep_lock:
+        _idle_deep_threads.append(worker)  # not when interrupted above: it may still be busy
     if succeeded:
         return value
     raise value
+
+
+class _DeepThread:
+    """A thread with a deep stack that runs one call at a time, kept for the next one: a run
+    lints each file on such a stack, and starting a thread (a fresh 512 MiB mapping) for every
+    file cost as much as a small file's analysis."""
+
+    def __init__(self) -> None:
+        self._call: Optional[tuple] = None
+        self._outcome: tuple = (False, None)
+        self._start = threading.Lock()
+        self._start.acquire()
+        self._finished = threading.Lock()
+        self._finished.acquire()
+        previous_stack = threading.stack_size(DEEP_STACK_BYTES)
+        try:
+            threading.Thread(target=self._serve, name="dplint-deep-stack", daemon=True).start()
+        finally:
+            threading.stack_size(previous_stack)
+
+    def run(self, function: Callable, args: tuple) -> tuple:
+        """(True, result) or (False, the exception it raised)."""
+        self._call = (function, args)
+        self._start.release()
+        self._finished.acquire()
+        outcome, self._outcome = self._outcome, (False, None)
+        return outcome
+
+    def _serve(self) -> None:
+        _deep.inside = True
+        while True:
+            self._start.acquire()
+            function, args = self._call
+            self._call = None
+            try:
+                self._outcome = (True, function(*args))
+            except BaseException as error:  # handed to the caller's thread
+                self._outcome = (False, error)
+            self._finished.release()
+
+
+_idle_deep_threads: list[_DeepThread] = []  # guarded by `_deep_lock`
+
+
+def _forget_deep_threads() -> None:
+    """In a forked child: the parent's threads do not exist there."""
+    global _deep_lock, _deep_calls
+    _idle_deep_threads.clear()
+    _deep_lock = threading.Lock()
+    _deep_calls = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_deep_threads)
 
 
 def _release_deep_call() -> None:

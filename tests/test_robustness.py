@@ -458,9 +458,26 @@ def test_deep_stack_falls_back_to_the_plain_stack(monkeypatch):
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", refuse)
+    monkeypatch.setattr("dplint.source._idle_deep_threads", [])  # no deep thread kept from earlier calls
     limit = sys.getrecursionlimit()
     assert call_with_deep_stack(sys.getrecursionlimit) == limit
     assert sys.getrecursionlimit() == limit
+
+
+def test_deep_stack_threads_are_kept_for_the_next_call():
+    """One deep thread serves call after call (starting one per file cost as much as a
+    small file's analysis); a call made inside one runs there directly."""
+    import threading
+
+    from dplint import source
+
+    first = call_with_deep_stack(threading.get_ident)
+    assert call_with_deep_stack(threading.get_ident) == first != threading.get_ident()
+    assert call_with_deep_stack(lambda: call_with_deep_stack(threading.get_ident)) == first
+    assert len(source._idle_deep_threads) >= 1
+    with pytest.raises(ValueError, match="from the deep thread"):
+        call_with_deep_stack(lambda: int("from the deep thread"))
+    assert call_with_deep_stack(threading.get_ident) == first  # still serving after an error
 
 
 def test_a_long_expression_is_fixed_without_crashing(cli, tmp_path):
