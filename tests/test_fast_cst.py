@@ -50,3 +50,22 @@ def test_nodes_hash_and_compare_by_identity():
     module = parse_module(SOURCE)
     assert all(type(node).__eq__ is object.__eq__ for node in (module, *module.body))
 
+
+
+def test_type_tests_answer_as_abcs_do_but_in_c():
+    """The node classes' metaclass keeps ABCMeta (abstract classes stay abstract) but tests
+    instances and subclasses with `type`'s own C methods."""
+    import abc
+
+    import libcst as cst
+
+    import dplint.fast_cst  # noqa: F401  (the adjustment is made on import)
+
+    name, attribute = cst.Name("x"), cst.Attribute(cst.Name("a"), cst.Name("b"))
+    assert issubclass(type(cst.Name), abc.ABCMeta)
+    assert type(cst.Name).__instancecheck__ is type.__instancecheck__
+    assert isinstance(name, cst.BaseExpression) and isinstance(name, (cst.Call, cst.Name))
+    assert not isinstance(attribute, cst.Name) and not isinstance(name, cst.BaseStatement)
+    assert issubclass(cst.Name, cst.BaseAssignTargetExpression) and not issubclass(cst.Name, cst.Call)
+    with pytest.raises(TypeError, match="abstract"):
+        cst.BaseExpression()
