@@ -363,8 +363,7 @@ class Project:
             naming = WholeWords((stem,))
             for path in files if len(files) <= MAX_INDEXED_FILES else ():
                 text = self._text(path)
-                # The substring test first: most files do not hold the name at all.
-                if path == target or text is None or stem not in text or "import" not in text or not naming.search(text):
+                if path == target or text is None or "import" not in text or not naming.search(text):
                     continue
                 found.extend((path, name) for module_file, name in self._imports_of_file(path, text) if module_file == target)
             self._importers_of_target[key] = found
@@ -806,23 +805,25 @@ class WholeWords:
         self.names = tuple(sorted(set(names)))
 
     def spans(self, text: str) -> list[tuple[int, int]]:
-        found = []
-        for name in self.names:
-            start = text.find(name)
-            while start >= 0:
-                end = start + len(name)
-                if (not start or not _is_word_character(text[start - 1])) \
-                        and (end == len(text) or not _is_word_character(text[end])):
-                    found.append((start, end))
-                start = text.find(name, end)
+        found = [span for name in self.names for span in _whole_word_spans(text, name)]
         if len(self.names) > 1:
             found.sort()
         return found
 
     def search(self, text: str) -> Optional[tuple[int, int]]:
-        """The first span, or None."""
-        spans = self.spans(text)
-        return spans[0] if spans else None
+        """The first span, or None; each name is looked for only up to its first match."""
+        firsts = [span for span in (next(_whole_word_spans(text, name), None) for name in self.names) if span]
+        return min(firsts) if firsts else None
+
+
+def _whole_word_spans(text: str, name: str) -> Iterator[tuple[int, int]]:
+    start = text.find(name)
+    while start >= 0:
+        end = start + len(name)
+        if (not start or not _is_word_character(text[start - 1])) \
+                and (end == len(text) or not _is_word_character(text[end])):
+            yield start, end
+        start = text.find(name, end)
 
 
 def _is_word_character(character: str) -> bool:

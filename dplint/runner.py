@@ -291,17 +291,17 @@ def _run(paths: list[str], settings: Settings, fix: Optional[FixOptions], jobs: 
         plan(path, source, codes)
     # Largest first, so that no worker is left with a big file at the end.
     todo.sort(key=lambda item: -sizes[item[0]])
-    if fix is None and _pooled(todo, jobs):
-        for item in _lint_before_forking(project_for(roots), todo, jobs):
-            report = _lint_one(item)
-            reports[report.path] = report
-            if cache is not None and not report.errors:
-                _cache_result(cache, report, keys[report.path], fix)
-        todo = [item for item in todo if item[0] not in reports]
-    for report in _map(_lint_one if fix is None else _fix_one, todo, jobs):
+    def record(report: FileReport) -> None:
         reports[report.path] = report
         if cache is not None and not report.errors:
             _cache_result(cache, report, keys[report.path], fix)
+
+    if fix is None and _pooled(todo, jobs):
+        for item in _lint_before_forking(project_for(roots), todo, jobs):
+            record(_lint_one(item))
+        todo = [item for item in todo if item[0] not in reports]
+    for report in _map(_lint_one if fix is None else _fix_one, todo, jobs):
+        record(report)
 
     _move_findings_to_their_files(reports)
     ordered = [reports[path] for path in sorted(reports)]

@@ -267,20 +267,19 @@ class SemanticModel:
         with its statement) is looked up among the positions, which it needs anyway."""
         if node is self.module or node in self._parent:
             return True
-        if type(node) not in TOKEN_NODES:
-            return False
-        if self._positions is None:
-            self._positions = _SpanRecorder(self.module)
-        return node in self._positions.spans
+        return type(node) in TOKEN_NODES and node in self._span_recorder().spans
 
     def position(self, node: cst.CSTNode):
         """(start, end) CodePositions of a node, 1-based lines and 0-based columns.
 
         Positions are computed on first use only, so files without findings never pay for them.
         """
+        return self._span_recorder().position(node)
+
+    def _span_recorder(self) -> "_SpanRecorder":
         if self._positions is None:
             self._positions = _SpanRecorder(self.module)
-        return self._positions.position(node)
+        return self._positions
 
     # ------------------------------------------------------------------------- names
     def qualified_name(self, expr: Optional[cst.CSTNode]) -> Optional[str]:
@@ -377,8 +376,7 @@ class SemanticModel:
     def nodes_of(self, *node_types: type) -> list[cst.CSTNode]:
         """The nodes of exactly these concrete LibCST types (`cst.Assign`, not a base class
         such as `cst.BaseExpression`), in source order: an index built on first use, so that
-        each question does not test every node of the file (LibCST's classes are ABCs, whose
-        `isinstance` costs a Python call)."""
+        each question does not test every node of the file."""
         if self._nodes_by_type is None:
             self._nodes_by_type = {}
             for node in self._parent:
@@ -492,7 +490,7 @@ TOKEN_NODES = frozenset((
 def dotted_name(expr: Optional[cst.CSTNode]) -> Optional[str]:
     """`torch.nn.DataParallel` -> "torch.nn.DataParallel"; None for anything but names/attributes."""
     parts = []
-    while type(expr) is cst.Attribute:  # exact types (LibCST's classes are ABCs, slow in isinstance)
+    while type(expr) is cst.Attribute:  # exact types: cheaper than `isinstance`, on a hot path
         parts.append(expr.attr.value)
         expr = expr.value
     if type(expr) is not cst.Name:

@@ -251,7 +251,7 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
     if asserting is None:  # the blocks holding an `assert` statement (most hold none)
         asserting = _BLOCKS_WITH_ASSERTS[model] = {model.parent(model.parent(a)) for a in model.nodes_of(cst.Assert)}
     for ancestor in model.ancestors(node):
-        kind = type(ancestor)  # exact types: LibCST's classes are ABCs, slow in `isinstance`
+        kind = type(ancestor)  # exact types: cheaper than `isinstance`
         if kind in SCOPE_NODES:
             break
         if kind is cst.If or kind is cst.IfExp:
