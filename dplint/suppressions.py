@@ -34,7 +34,9 @@ NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*
 # `[...]` or nothing; `ignore-x` or an unclosed `[` is no directive (it must not silence everything).
 DPLINT = re.compile(r"#\s*dplint:\s*(?P<kind>file-ignore|ignore)(?:\s*\[(?P<codes>[^\]]*)\]|(?![\w\[-]|\s+\[))")
 MAY_HAVE_DIRECTIVE = re.compile(r"noqa|dplint:", re.IGNORECASE)
-MAY_NAME_DPLINT = re.compile(r"dpl", re.IGNORECASE)
+# A directive that names a dplint rule: `# noqa: ... DPL004` or any `# dplint:` form (the
+# letters alone are in common words: `DeepSpeedPlugin`).
+MAY_NAME_DPLINT = re.compile(r"noqa[^\r\n]*dpl|dplint:", re.IGNORECASE)
 
 
 @dataclass

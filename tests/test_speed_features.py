@@ -347,6 +347,22 @@ def test_anchor_tokens_are_read_from_the_file_itself():
     assert dplint.runner.may_match(caller + helper, frozenset({"DPL013"}))
 
 
+@pytest.mark.parametrize(
+    ("code", "worth_parsing"),
+    [
+        ("import torch\naccelerator = Accelerator()\ntorch.save(sd, 'a.pt')\n", True),
+        ("import torch as th\naccelerator = Accelerator()\nth.save(sd, 'a.pt')\n", True),
+        ("from torch import (\n    nn,\n    save,\n)\naccelerator = Accelerator()\nsave(sd, 'a.pt')\n", True),
+        # accelerate's own savers are not torch.save: no reason to parse for DPL011
+        ("accelerator = Accelerator()\naccelerator.save_state('out')\nmodel.save_pretrained('out')\n", False),
+        ("import torch\ntorch.save(sd, 'a.pt')\n", False),  # no sign of several processes
+    ],
+)
+def test_unguarded_rank_save_parses_files_spelling_torchs_save(code: str, worth_parsing: bool):
+    save = next(rule for rule in all_rules() if rule.code == "DPL011")
+    assert dplint.engine.could_match(code, save) is worth_parsing
+
+
 def test_the_catalog_knows_every_rules_anchor_tokens():
     from dplint.registry import rule_catalog
 

@@ -253,3 +253,20 @@ def test_file_with_only_an_unused_suppression_passes_the_prefilter(tmp_path, cli
     fixed = cli("fix", "train.py", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr
     assert (tmp_path / "train.py").read_text() == "steps = 10\n"
+
+
+def test_without_findings_only_a_directive_naming_dplint_is_tokenized(monkeypatch):
+    """`dpl` in a word (`DeepSpeedPlugin`) beside another tool's `# noqa` is no reason to
+    tokenize a file without findings; `# noqa: ... DPL` and `# dplint:` are."""
+    import dplint.suppressions as suppressions
+
+    tokenized = []
+    real = suppressions.find_directives
+    monkeypatch.setattr(suppressions, "find_directives", lambda text: tokenized.append(text) or real(text))
+    codes = frozenset({"DPL007", "DPL100"})
+    plain = "from x import DeepSpeedPlugin  # noqa: F401\n"
+    assert apply_suppressions(plain, "x.py", [], codes) == []
+    assert tokenized == []
+    for named in ("x = 1  # noqa: E501, dpl007\n", "x = 1  # dplint: ignore[sampler-shuffle]\n"):
+        assert [f.code for f in apply_suppressions(named, "x.py", [], codes)] == ["DPL100"]
+    assert len(tokenized) == 2
