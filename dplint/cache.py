@@ -5,10 +5,11 @@ Layout: `<cache folder>/<dplint version>-<code fingerprint>/`, one JSON entry pe
 (`project/<facts hash>.json`). A file's entry holds the hash of its bytes and, side by side,
 its results under each rule set it was checked with (`rule_set_key`: the enabled codes, and
 whatever else a file's findings depend on), so a run with other settings, or a `fix`, leaves
-the others' results in place. A run over many files also keeps copies of the entries it used
-in one pack (`runs/<hash of the paths it was started on>.json`), which the next run over the
-same paths reads instead of the entries one by one; the rule catalog (`catalog.json`) is
-kept beside them.
+the others' results in place. A run over many files keeps the entries it used or made in one
+pack instead (`runs/<hash of the paths it was started on>.json`), which the next run over the
+same paths reads whole: creating one file per checked file cost a cold run over a folder a
+tenth of its time. A file without an entry of its own is looked up in the newest packs (a
+pre-commit run after `dplint check .`). The rule catalog (`catalog.json`) is kept beside them.
 
 Safe under concurrent runs: every entry is written to a temporary file and renamed over the
 old one, so a reader sees a whole entry or none; two runs writing one entry at once lose at
@@ -36,7 +37,8 @@ MAX_RULE_SETS = 8  # results kept per file: the settings a project is commonly c
 MAX_ENTRIES = 50_000  # files per cache folder; past it the least recently used 20% go
 MAX_PROJECT_ENTRIES = 16  # project-wide results kept
 MAX_PACKS = 16  # packs kept: one per set of paths a run was started on (`Cache.use_pack`)
-PACK_MIN_FILES = 16  # runs over fewer files read each file's entry
+PACK_MIN_FILES = 16  # runs over fewer files read and write each file's entry
+PACKS_LOOKED_UP = 2  # a file without an entry of its own is looked for in this many newest packs
 KEEP_VERSIONS = 3  # code versions kept side by side (an editable install changes often)
 TOUCH_AFTER_S = 24 * 3600  # a used entry's mtime is refreshed at most once a day (for eviction)
 
@@ -127,12 +129,28 @@ def catalog_file(root: str) -> str:
     return os.path.join(version_folder(root), "catalog.json")
 
 
+def _read_pack(path: str) -> dict:
+    """{absolute path: entry} of a pack; empty when there is none or it is damaged."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            entries = json.load(handle)["entries"]
+            if time.time() - os.fstat(handle.fileno()).st_mtime > TOUCH_AFTER_S:
+                os.utime(path)  # still in use: not the first to go
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _valid_entry(entry, absolute: str) -> bool:
+    return isinstance(entry, dict) and entry.get("path") == absolute and isinstance(entry.get("results"), dict)
+
+
 def _write_json(path: str, data: dict) -> None:
     """Write whole or not at all: a temp file in the same folder, renamed over the entry."""
     temp = f"{path}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
         with open(temp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, separators=(",", ":"))
+            handle.write(json.dumps(data, separators=(",", ":")))  # dumps encodes in C; dump in Python
         os.replace(temp, path)
     except OSError:
         try:
@@ -152,6 +170,7 @@ class Cache:
         self._pack: Optional[dict] = None  # absolute path -> entry, as the pack was read
         self._pack_next: dict[str, dict] = {}  # the entries this run used or wrote: the next pack
         self._pack_stale = False
+        self._newest_packs: Optional[list[dict]] = None  # the entries of the newest packs, when a file has none of its own
         self.hashes = FileHashes()  # of the files cached results depend on that a run did not hash itself
 
     # ------------------------------------------------------------------ files
@@ -171,8 +190,31 @@ class Cache:
                     entry = None
             except (OSError, ValueError):
                 entry = None  # no entry, or a damaged one: lint again
+            if entry is None:
+                entry = self._from_newest_packs(absolute)
             self._entries[absolute] = entry
         return self._entries[absolute]
+
+    def _from_newest_packs(self, absolute: str) -> Optional[dict]:
+        """The entry of `absolute` in one of the newest packs (runs over many files write
+        their entries only there), read once per run."""
+        if self._newest_packs is None:
+            self._newest_packs = []
+            try:
+                found = sorted(os.scandir(os.path.join(self.folder, "runs")), key=lambda e: e.stat().st_mtime, reverse=True)
+            except OSError:
+                found = []
+            for pack in found[:PACKS_LOOKED_UP]:
+                if self._pack_key is not None and pack.path == self._pack_path():
+                    continue  # the run's own pack: asked already
+                entries = _read_pack(pack.path)
+                if entries:
+                    self._newest_packs.append(entries)
+        for entries in self._newest_packs:
+            entry = entries.get(absolute)
+            if _valid_entry(entry, absolute):
+                return entry
+        return None
 
     def get(self, path: str, content: str, rules: str, known: Optional[dict] = None) -> Optional["FileReport"]:
         """The cached report of `path` if its bytes still hash to `content`, it was checked
@@ -240,24 +282,13 @@ class Cache:
         if self._pack_key is None:
             return None
         if self._pack is None:
-            self._pack = {}
-            try:
-                with open(self._pack_path(), encoding="utf-8") as handle:
-                    entries = json.load(handle)["entries"]
-                    if time.time() - os.fstat(handle.fileno()).st_mtime > TOUCH_AFTER_S:
-                        os.utime(self._pack_path())  # still in use: not the first to go
-                if isinstance(entries, dict):
-                    self._pack = entries
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # none yet, or damaged: the file entries answer
+            self._pack = _read_pack(self._pack_path())
         entry = self._pack.get(absolute)
-        if not isinstance(entry, dict) or entry.get("path") != absolute or not isinstance(entry.get("results"), dict):
-            return None
-        return entry
+        return entry if _valid_entry(entry, absolute) else None
 
     def put(self, path: str, content: str, rules: str, report: "FileReport") -> None:
         absolute = os.path.abspath(path)
-        entry = self._read(absolute)
+        entry = self._packed(absolute) or self._read(absolute)
         results = dict(entry["results"]) if entry is not None and entry.get("hash") == content else {}
         results.pop(rules, None)
         results[rules] = {"findings": [_stored(f, absolute) for f in report.findings], "facts": report.facts,
@@ -266,9 +297,10 @@ class Cache:
             del results[next(iter(results))]
         entry = {"path": absolute, "hash": content, "results": results}
         self._entries[absolute] = entry
-        if self._pack_key is not None:
+        if self._pack_key is not None:  # kept in the pack alone (see the module docstring)
             self._pack_next[absolute] = entry
             self._pack_stale = True
+            return
         target = self._entry_path(absolute)
         try:
             os.makedirs(os.path.dirname(target), exist_ok=True)

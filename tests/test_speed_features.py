@@ -194,28 +194,62 @@ def test_cached_findings_carry_the_path_as_named_in_this_run(project, tmp_path, 
 def test_a_damaged_cache_file_is_ignored(project, tmp_path):
     cache = tmp_path / "cache"
     expected = run_report([project], jobs=1, cache_dir=str(cache))
-    entries = list(cache.glob("*/files/*/*.json"))
-    assert len(entries) == len(list(project.rglob("*.py")))
-    for entry in entries:
-        data = json.loads(entry.read_text())
-        for result in data["results"].values():
+    # a run over this many files keeps its entries in its pack, not one file each
+    assert len(list(project.rglob("*.py"))) >= dplint.cache.PACK_MIN_FILES
+    assert not list(cache.glob("*/files/*/*.json"))
+    (pack,) = cache.glob("*/runs/*.json")
+    data = json.loads(pack.read_text())
+    assert len(data["entries"]) == len(list(project.rglob("*.py")))
+    for entry in data["entries"].values():
+        for result in entry["results"].values():
             result["findings"] = [{"code": 1}]
-        entry.write_text(json.dumps(data))
+    pack.write_text(json.dumps(data))
     assert run_report([project], jobs=1, cache_dir=str(cache)) == expected
-    for entry in cache.glob("*/files/*/*.json"):
+    for entry in cache.glob("*/runs/*.json"):
         entry.write_text("{not json")
     for entry in cache.glob("*/project/*.json"):
         entry.write_text("[]")
     assert run_report([project], jobs=1, cache_dir=str(cache)) == expected
 
 
+def test_a_damaged_file_entry_is_ignored(project, tmp_path):
+    """Runs over a few files (a pre-commit hook's) keep one entry per file."""
+    cache = tmp_path / "cache"
+    files = sorted(project.rglob("*.py"))[:3]
+    expected = run_report(files, jobs=1, cache_dir=str(cache))
+    entries = list(cache.glob("*/files/*/*.json"))
+    assert len(entries) == 3
+    for entry in entries:
+        data = json.loads(entry.read_text())
+        for result in data["results"].values():
+            result["findings"] = [{"code": 1}]
+        entry.write_text(json.dumps(data))
+    assert run_report(files, jobs=1, cache_dir=str(cache)) == expected
+    for entry in entries:
+        entry.write_text("{not json")
+    assert run_report(files, jobs=1, cache_dir=str(cache)) == expected
+
+
+def test_a_few_files_are_answered_from_the_pack_of_a_run_over_their_folder(project, tmp_path, monkeypatch):
+    """`dplint check .`, then a pre-commit run over two of its files: nothing is linted again."""
+    cache = tmp_path / "cache"
+    run_report([project], jobs=1, cache_dir=str(cache))
+    files = sorted(project.rglob("*.py"))[:2]
+    expected = run_report(files, jobs=1)
+    linted = []
+    real = dplint.runner._lint_one
+    monkeypatch.setattr(dplint.runner, "_lint_one", lambda item: linted.append(item[0]) or real(item))
+    assert run_report(files, jobs=1, cache_dir=str(cache)) == expected
+    assert linted == []
+
+
 def test_cli_cache_dir_and_no_cache(cli, project, tmp_path):
     default = cli("check", str(project), cwd=tmp_path)
     assert default.returncode == 1
-    assert list((tmp_path / ".dplint_cache").glob("*/files/*/*.json"))
+    assert list((tmp_path / ".dplint_cache").glob("*/runs/*.json"))
     chosen = tmp_path / "elsewhere"
     assert cli("check", "--cache-dir", str(chosen), str(project), cwd=project).stdout == default.stdout
-    assert list(chosen.glob("*/files/*/*.json"))
+    assert list(chosen.glob("*/runs/*.json"))
     assert not (project / ".dplint_cache").exists()
     shutil.rmtree(tmp_path / ".dplint_cache")
     assert cli("check", "--no-cache", str(project), cwd=tmp_path).stdout == default.stdout
