@@ -102,11 +102,11 @@ class Project:
         self._model_texts.pop(path, None)
         if text is not None:
             self._model_texts[path] = text
+        self._reading = {path}  # what linting it reads from now on (itself: kept while it is linted)
         self._forget_oldest()
         if raw is not None:
             self._hashes[path] = content_key(raw)
         model.project = self
-        self._reading = set()
 
     def parsed(self, path: str, text: str) -> Optional[SemanticModel]:
         """A model of `path` built from exactly `text` earlier in this process (the file was
@@ -182,12 +182,16 @@ class Project:
         return shared
 
     def _forget_oldest(self) -> None:
-        """Drop the least recently parsed models beyond MAX_MODELS (they are parsed again if asked)."""
-        while len(self._models) > MAX_MODELS:
-            oldest = next(iter(self._models))
-            del self._models[oldest]
-            self._model_texts.pop(oldest, None)
-            for key in [k for k, v in self._resolved.items() if v is not None and os.path.abspath(v[0].path) == oldest]:
+        """Drop the least recently parsed models beyond MAX_MODELS (they are parsed again if
+        asked), except those the file being linted has read: its findings may point into them
+        (`model_owning`), and a model parsed again would not own the nodes it was handed."""
+        if len(self._models) <= MAX_MODELS:
+            return
+        in_use = self._reading or ()
+        for path in [path for path in self._models if path not in in_use][: max(0, len(self._models) - MAX_MODELS)]:
+            del self._models[path]
+            self._model_texts.pop(path, None)
+            for key in [k for k, v in self._resolved.items() if v is not None and os.path.abspath(v[0].path) == path]:
                 del self._resolved[key]
 
     def model_owning(self, node: cst.CSTNode) -> Optional[SemanticModel]:

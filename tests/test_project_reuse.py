@@ -141,3 +141,22 @@ def test_files_others_import_are_linted_before_the_pool_forks_up_to_a_share_of_t
     assert [item[0] for item in first] == [str(tmp_path / "core.py")]  # big.py: over half the text
     first = _lint_before_forking(Project((str(tmp_path),)), todo, jobs=1)
     assert sorted(item[0] for item in first) == [str(tmp_path / "big.py"), str(tmp_path / "core.py")]
+
+
+def test_models_the_linted_file_read_stay_loaded_while_it_is_linted(monkeypatch):
+    """A finding of fit.py points into store/shelf.py, which its analysis parsed. With room
+    for one model, later parses used to push shelf.py's out before the finding was placed,
+    and placing it failed (`KeyError` on the node: an internal error, no finding)."""
+    from dplint.config import Settings
+    from dplint.runner import run
+
+    folder = FIXTURES / "unguarded-rank-save" / "project_method_leaves_off_leader"
+
+    def report():
+        result = run([str(folder)], Settings(root=str(folder)), jobs=1)
+        return result.errors, sorted((Path(f.filename).name, f.location.row, f.code) for f in result.findings)
+
+    roomy = report()
+    assert roomy == ([], [("shelf.py", 41, "DPL011")])
+    monkeypatch.setattr("dplint.project.MAX_MODELS", 1)
+    assert report() == roomy
