@@ -129,15 +129,23 @@ def catalog_file(root: str) -> str:
     return os.path.join(version_folder(root), "catalog.json")
 
 
-def _read_pack(path: str) -> dict:
-    """{absolute path: entry} of a pack; empty when there is none or it is damaged."""
+def _load_in_use(path: str) -> object:
+    """The JSON value in `path` (None when there is none or it is damaged); a file read a day
+    after it was written is touched: still in use, not the first to go."""
     try:
         with open(path, encoding="utf-8") as handle:
-            entries = json.load(handle)["entries"]
+            value = json.load(handle)
             if time.time() - os.fstat(handle.fileno()).st_mtime > TOUCH_AFTER_S:
-                os.utime(path)  # still in use: not the first to go
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+                os.utime(path)
+    except (OSError, ValueError):
+        return None
+    return value
+
+
+def _read_pack(path: str) -> dict:
+    """{absolute path: entry} of a pack; empty when there is none or it is damaged."""
+    pack = _load_in_use(path)
+    entries = pack.get("entries") if isinstance(pack, dict) else None
     return entries if isinstance(entries, dict) else {}
 
 
@@ -180,17 +188,8 @@ class Cache:
 
     def _read(self, absolute: str) -> Optional[dict]:
         if absolute not in self._entries:
-            entry = None
-            try:
-                with open(self._entry_path(absolute), encoding="utf-8") as handle:
-                    entry = json.load(handle)
-                    if time.time() - os.fstat(handle.fileno()).st_mtime > TOUCH_AFTER_S:
-                        os.utime(self._entry_path(absolute))  # still in use: not the first to go
-                if not isinstance(entry, dict) or entry.get("path") != absolute or not isinstance(entry.get("results"), dict):
-                    entry = None
-            except (OSError, ValueError):
-                entry = None  # no entry, or a damaged one: lint again
-            if entry is None:
+            entry = _load_in_use(self._entry_path(absolute))  # none, or damaged: lint again
+            if not _valid_entry(entry, absolute):
                 entry = self._from_newest_packs(absolute)
             self._entries[absolute] = entry
         return self._entries[absolute]
