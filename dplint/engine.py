@@ -28,7 +28,7 @@ from dplint.rule import (
 )
 from dplint.semantic import SemanticModel
 from dplint.project import owns
-from dplint.source import LINE_BREAK, call_with_deep_stack, line_starts, python_syntax_error
+from dplint.source import LINE_BREAK, call_with_deep_stack, line_starts, python_syntax_error, refused_by_every_python, scanned_text, set_stage
 from dplint.suppressions import apply_suppressions
 
 MAX_FIX_ROUNDS = 10
@@ -74,14 +74,21 @@ def lint_source(text: str, path: str, rules: Sequence[Rule], project=None) -> Li
     this one imports, and the pre-filter reads their text too (a loader built by an imported
     helper makes a file without the word `DistributedSampler` worth parsing); without one,
     the file is analysed alone."""
-    closure = project.import_closure(path, text) if project is not None else {}
-    searched = text if not closure else tokens_in((text, *closure.values()), token_parts(rules))
-    active = [rule for rule in rules if could_match(searched, rule, text)]
+    set_stage("reading the project's imports")
+    scanned = scanned_text(text)  # what the text scanners read; LibCST parses `text` itself
+    closure = project.import_closure(path, scanned) if project is not None else {}
+    searched = scanned if not closure else tokens_in((scanned, *closure.values()), token_parts(rules))
+    active = [rule for rule in rules if could_match(searched, rule, scanned)]
     if not active:
         return LintResult(dependencies=project.hashes(closure) if closure else {})
     model = project.parsed(path, text) if project is not None else None
     if model is not None:  # parsed already, as a file an earlier one imports
         return _lint_module_guarded(text, path, model.module, active, rules, project, model)
+    set_stage("parsing")
+    refused = refused_by_every_python(text)  # before LibCST, which may spend gigabytes on it
+    if refused is not None:
+        message, row, column = refused
+        return LintResult([parse_error_finding(path, f"cannot parse: {message}", row, column)])
     try:
         module = parse_module(text)
     except cst.ParserSyntaxError:
@@ -120,12 +127,13 @@ def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule
                  project=None, model: Optional[SemanticModel] = None) -> LintResult:
     if model is None:
         model = SemanticModel(module, path)
-        model.text = text
+        model.text = scanned_text(text)  # for the rules' text scans (the same offsets as `text`)
     if project is not None:
         project.register(model, text=text)
     result = LintResult()
     reported: list[tuple[Rule, Violation]] = []
     for rule in active:
+        set_stage(f"{rule.code} ({rule.name})")
         try:
             reported.extend((rule, violation) for violation in rule.check(model))
             facts = rule.project_facts(model)
@@ -133,6 +141,7 @@ def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule
                 result.facts[rule.code] = facts
         except Exception as error:  # a rule bug must not take the other rules or files down
             result.errors.append(f"{path}: internal error in {rule.code} ({rule.name}): {type(error).__name__}: {error}")
+    set_stage("placing the findings")
     codes = frozenset(rule.code for rule in rules)
     elsewhere: dict[SemanticModel, list[Finding]] = {}
     if reported:
@@ -144,12 +153,12 @@ def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule
             else:  # the place to fix is in a file this one imports from: report it there, no fix
                 elsewhere.setdefault(owner, []).append(_EditResolver(owner.text, owner).finding(rule, violation, with_fix=False))
     result.findings.sort(key=lambda finding: finding.sort_key)
-    result.findings = apply_suppressions(text, path, result.findings, codes)
+    result.findings = apply_suppressions(model.text, path, result.findings, codes)
     for owner, findings in elsewhere.items():
         findings.sort(key=lambda finding: finding.sort_key)
         result.findings.extend(apply_suppressions(owner.text, owner.path, findings, codes))
     if project is not None:
-        result.dependencies = {**project.hashes(project.import_closure(path, text)), **project.dependencies(path)}
+        result.dependencies = {**project.hashes(project.import_closure(path, model.text)), **project.dependencies(path)}
     return result
 
 

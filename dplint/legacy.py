@@ -33,6 +33,9 @@ def rewrite_async_names(text: str) -> Optional[tuple[str, str]]:
     no such name, no free placeholder, or does not tokenize."""
     if KEYWORD not in text:
         return None
+    from dplint.source import scanned_text
+
+    text = scanned_text(text)  # `readline` splits at `\n` only (fixes are dropped here: no line end is written)
     placeholder = next((name for name in PLACEHOLDERS if name not in text), None)
     if placeholder is None:
         return None
@@ -65,6 +68,10 @@ def lint_legacy(text: str, path: str, active, rules, project, lint_module: Calla
     if rewritten is None:
         return None
     new_text, placeholder = rewritten
+    from dplint.source import refused_by_every_python
+
+    if refused_by_every_python(new_text) is not None:
+        return None
     try:
         module = parse_module(new_text)
     except Exception:

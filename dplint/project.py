@@ -33,7 +33,7 @@ import weakref
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from dplint.cache import content_key
-from dplint.source import SourceError, read_source
+from dplint.source import SourceError, read_source, refused_by_every_python, scanned_text
 
 if TYPE_CHECKING:  # LibCST is imported only when a file is really parsed (warm runs never are)
     import libcst as cst
@@ -146,6 +146,8 @@ class Project:
         from dplint.fast_cst import parse_module
         from dplint.semantic import SemanticModel
 
+        if refused_by_every_python(source.text) is not None:
+            return None  # Python cannot run it (and LibCST may take gigabytes to parse it)
         try:
             module = parse_module(source.text)
         except Exception:  # a helper file that does not parse only hides what it defines
@@ -155,7 +157,7 @@ class Project:
         except RecursionError:
             return None
         model.project = self
-        model.text = source.text
+        model.text = scanned_text(source.text)
         self._models[path] = model
         self._model_texts[path] = source.text
         self._forget_oldest()
@@ -248,6 +250,7 @@ class Project:
         names everything), and what those definitions import in turn, `depth` levels deep;
         with `importers`, also the blocks of the files importing it (`importer_pieces`).
         Memoised per file content (the runner and the engine both ask)."""
+        text = scanned_text(text)
         key = (os.path.abspath(path), content_key(text.encode("utf-8", "surrogatepass")))
         if key not in self._closures:
             if len(self._closures) > 4 * MAX_MODELS:
@@ -364,10 +367,15 @@ class Project:
             found: list[tuple[str, Optional[str]]] = []
             is_package = os.path.basename(target) == "__init__.py"
             stem = os.path.basename(os.path.dirname(target)) if is_package else os.path.basename(target)[:-3]
-            naming = WholeWords((stem,))
-            for path in files if len(files) <= MAX_INDEXED_FILES else ():
+            # A module is imported by its name: a file whose stem is no identifier
+            # (`my-script.py`, the root folder's `/__init__.py`) has no importer.
+            importable = stem.isidentifier()
+            naming = WholeWords((stem,)) if importable else None
+            for path in files if importable and len(files) <= MAX_INDEXED_FILES else ():
                 text = self._text(path)
                 if path == target or text is None or "import" not in text or not naming.search(text):
+                    continue
+                if not self._scanned(path).imports_naming(stem):  # named, but by no import statement
                     continue
                 found.extend((path, name) for module_file, name in self._imports_of_file(path, text) if module_file == target)
             self._importers_of_target[key] = found
@@ -432,7 +440,7 @@ class Project:
                 source = None
             if source is not None and len(source.raw) <= MAX_FILE_BYTES:
                 self._hashes[path] = content_key(source.raw)
-                text = source.text
+                text = scanned_text(source.text)
             self._texts[path] = text
         return self._texts[path]
 
@@ -559,13 +567,13 @@ class Project:
         own = os.path.abspath(own)
         if own not in self._importing:
             found = {importer for importer, _ in self._importers_of(own, own)}
-            folder = os.path.dirname(own)
-            while True:
-                found.update(importer for importer, _ in self._importers_of(own, os.path.join(folder, "__init__.py")))
-                parent = os.path.dirname(folder)
-                if parent == folder:
+            # The packages above `own` up to the project root: a package outside the project
+            # has no importer among its files (and `/__init__.py` names no module at all).
+            for folder in self._search_folders(os.path.dirname(own)):
+                if os.path.isfile(os.path.join(folder, "__init__.py")):
+                    found.update(importer for importer, _ in self._importers_of(own, os.path.join(folder, "__init__.py")))
+                if folder == root:
                     break
-                folder = parent
             self._importing[own] = found
         return self._importing[own]
 
@@ -703,6 +711,8 @@ class Project:
             base = importer_dir
             for _ in range(dots - 1):
                 base = os.path.dirname(base)
+            if not _inside(base, self._top_folder(importer_dir)):
+                return  # above the project (Python: "attempted relative import beyond top-level package")
             bases = [base]
             parts = name[dots:].split(".") if name[dots:] else []
         else:
@@ -729,11 +739,12 @@ class Project:
                 names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
             except OSError:
                 names = []
+            top = self._top_folder(folder)
             for name in names:
                 path = os.path.join(folder, name)
                 text = self._text(path)
-                if text is not None and "sys.path" in text:
-                    found.extend(f for f in path_edit_folders(path, text) if f not in found)
+                if text is not None and "sys.path" in text:  # the project's own folders only
+                    found.extend(f for f in path_edit_folders(path, text) if f not in found and _inside(f, top))
             self._path_edits[folder] = found
         return self._path_edits[folder]
 
@@ -747,6 +758,12 @@ class Project:
             if parent == folder:
                 return
             folder = parent
+
+    def _top_folder(self, folder: str) -> str:
+        """The highest folder imports from `folder` are looked up in: the project's root."""
+        for top in self._search_folders(folder):
+            pass
+        return top
 
     def _is_root_folder(self, folder: str) -> bool:
         if folder not in self._root_folders:
@@ -795,6 +812,10 @@ def path_edit_folders(path: str, text: str) -> list[str]:
     return found
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 _WORD = re.compile(r"\w+")
 
 
@@ -806,7 +827,11 @@ class WholeWords:
     neither. Two names never match at one place: each match is a whole word."""
 
     def __init__(self, names) -> None:
-        self.names = tuple(sorted(set(names)))
+        # Only identifiers are searched: `\b` on both sides means "whole word" only for a word,
+        # the empty name would match everywhere (and `str.find("")` never advances), and a name
+        # that is no identifier (`epoch):`, read off a line by a loose pattern) is never one that
+        # an import or a call spells.
+        self.names = tuple(sorted({name for name in names if name.isidentifier()}))
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         found = [span for name in self.names for span in _whole_word_spans(text, name)]
@@ -821,13 +846,15 @@ class WholeWords:
 
 
 def _whole_word_spans(text: str, name: str) -> Iterator[tuple[int, int]]:
+    if not name:
+        return  # `str.find("")` matches everywhere and never advances
     start = text.find(name)
     while start >= 0:
         end = start + len(name)
         if (not start or not _is_word_character(text[start - 1])) \
                 and (end == len(text) or not _is_word_character(text[end])):
             yield start, end
-        start = text.find(name, end)
+        start = text.find(name, end)  # end > start: each search starts further on
 
 
 def _is_word_character(character: str) -> bool:

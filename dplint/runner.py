@@ -13,13 +13,14 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from dplint.cache import content_key
 from dplint.config import Settings, is_excluded
 from dplint.discovery import discover
 from dplint.rule import Finding, Position, Severity
-from dplint.source import SourceError, call_with_deep_stack, decode, read_bytes, read_source, write_atomic
+from dplint.source import (AnalysisTimeout, SourceError, call_with_deep_stack, decode, read_bytes, read_source, scanned_text,
+                           write_atomic)
 
 PARALLEL_THRESHOLD = 8  # below this many files a process pool costs more than it saves
 # A run keeps every parsed file's tree (the project's models), millions of objects that
@@ -47,6 +48,7 @@ class FileReport:
     applied: list[Finding] = field(default_factory=list)  # fixes applied (fix mode)
     diff: str = ""  # unified diff of the fix (fix mode)
     fixed_text: Optional[str] = None  # for stdin
+    fixed_bytes: Optional[bytes] = None  # for stdin: the fixed text in the input's encoding, its BOM kept
     dependencies: dict = field(default_factory=dict)  # other project files read: {path: hash}
 
 
@@ -71,6 +73,30 @@ class RunReport:
 def problem_finding(path: str, message: str) -> Finding:
     location = Position(1, 1)
     return Finding("DPL000", "parse-error", message, Severity.ERROR, path, location, location)
+
+
+TIMEOUT_CODE, TIMEOUT_NAME = "DPL099", "analysis-timeout"
+
+
+def timeout_finding(path: str, timeout: AnalysisTimeout) -> Finding:
+    """The one finding of a file whose analysis ran out of time: nothing in it was checked."""
+    where = f" in {timeout.stage}" if timeout.stage else ""
+    message = (f"analysis stopped after {timeout.seconds:g} s{where}: nothing in this file was checked "
+               f"(raise `analysis-timeout` in the configuration, or `--analysis-timeout`, to allow more)")
+    location = Position(1, 1)
+    return Finding(TIMEOUT_CODE, TIMEOUT_NAME, message, Severity.ERROR, path, location, location)
+
+
+def cacheable(report: FileReport) -> bool:
+    """Whether the report is the file's result (not an internal error, not a stopped analysis,
+    whose next run may have more time)."""
+    return not report.errors and not any(finding.code == TIMEOUT_CODE for finding in report.findings)
+
+
+def analysis_timeout(settings: Settings, path: Optional[str] = None) -> Optional[float]:
+    """The per-file budget in seconds (None: unbounded), as the file's configuration sets it."""
+    seconds = (settings if path is None else settings.for_path(path)).analysis_timeout
+    return seconds if seconds and seconds > 0 else None
 
 
 _PROJECTS: dict = {}  # roots -> Project, one per process (a pool's workers each build their own)
@@ -113,10 +139,14 @@ def process_text(text: str, path: str, settings: Settings, fix: Optional[FixOpti
 
 def process_text_guarded(text: str, path: str, settings: Settings, fix: Optional[FixOptions],
                          roots: Optional[tuple[str, ...]] = None) -> FileReport:
-    """`process_text`, where a dplint bug costs this one file, never the run."""
+    """`process_text`, where a dplint bug costs this one file, never the run, and an analysis
+    that runs past the budget (`analysis_timeout`) costs this file's findings, never a hang."""
     try:
         # A deep stack: LibCST's native parser segfaults on deeply nested (valid) code.
-        return call_with_deep_stack(process_text, text, path, settings, fix, roots)
+        return call_with_deep_stack(process_text, text, path, settings, fix, roots, timeout=analysis_timeout(settings, path))
+    except AnalysisTimeout as timeout:
+        _PROJECTS.clear()  # what the stopped analysis memoised may be half made: start afresh
+        return FileReport(path, [timeout_finding(path, timeout)])
     except Exception as error:
         reason = "nested too deeply to analyse" if isinstance(error, RecursionError) else f"{type(error).__name__}: {error}"
         return FileReport(path, errors=[f"{path}: internal error: {' '.join(reason.split())}; the file is unchanged"])
@@ -200,18 +230,22 @@ def run(
     jobs: Optional[int] = None,
     cache_dir: Optional[str] = None,
     force_exclude: bool = False,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> RunReport:
+    """`progress(done, total)`, if given, is called each time a file's analysis ends (files
+    the cache or the pre-filter answers count as done from the start)."""
     collecting = gc.isenabled()
     gc.disable()  # see COLLECT_AFTER; the pool's workers are forked with it off too
     try:
-        return _run(paths, settings, fix, jobs, cache_dir, force_exclude)
+        return _run(paths, settings, fix, jobs, cache_dir, force_exclude, progress)
     finally:
         if collecting:
             gc.enable()
 
 
 def _run(paths: list[str], settings: Settings, fix: Optional[FixOptions], jobs: Optional[int],
-         cache_dir: Optional[str], force_exclude: bool) -> RunReport:
+         cache_dir: Optional[str], force_exclude: bool,
+         progress: Optional[Callable[[int, int], None]] = None) -> RunReport:
     files, problems = files_to_check(paths, settings, force_exclude)
     _PROJECTS.clear()  # files are read as they are now: nothing parsed by an earlier run in this process
     reports: dict[str, FileReport] = {p.path: FileReport(p.path, [problem_finding(p.path, p.message)]) for p in problems}
@@ -237,11 +271,12 @@ def _run(paths: list[str], settings: Settings, fix: Optional[FixOptions], jobs: 
     def plan(path: str, source, codes: frozenset[str]) -> None:
         """A file the cache cannot answer for: clean unread when the pre-filter says so, else to do."""
         closure: dict[str, str] = {}
-        matches = may_match(source.text, codes)
+        scanned = scanned_text(source.text)
+        matches = may_match(scanned, codes)
         if not matches:
             # A file may still need parsing for what the project files it imports hold.
-            closure = project_for(roots).import_closure(path, source.text)
-            matches = bool(closure) and may_match(tokens_in((source.text, *closure.values()), catalog_parts), codes, source.text)
+            closure = project_for(roots).import_closure(path, scanned)
+            matches = bool(closure) and may_match(tokens_in((scanned, *closure.values()), catalog_parts), codes, scanned)
         if not matches:
             reports[path] = FileReport(path, dependencies=project_for(roots).hashes(closure))
             if cache is not None:
@@ -291,13 +326,17 @@ def _run(paths: list[str], settings: Settings, fix: Optional[FixOptions], jobs: 
         plan(path, source, codes)
     # Largest first, so that no worker is left with a big file at the end.
     todo.sort(key=lambda item: -sizes[item[0]])
+    total = len(set(files).union(problem.path for problem in problems))
+
     def record(report: FileReport) -> None:
         reports[report.path] = report
-        if cache is not None and not report.errors:
+        if cache is not None and cacheable(report):
             _cache_result(cache, report, keys[report.path], fix)
+        if progress is not None:
+            progress(len(reports), total)
 
     if fix is None and _pooled(todo, jobs):
-        for item in _lint_before_forking(project_for(roots), todo, jobs):
+        for item in _lint_before_forking(project_for(roots), todo, jobs, analysis_timeout(settings)):
             record(_lint_one(item))
         todo = [item for item in todo if item[0] not in reports]
     for report in _map(_lint_one if fix is None else _fix_one, todo, jobs):
@@ -334,7 +373,7 @@ def _notebook_report(path: str, settings: Settings, fix: Optional[FixOptions], c
         unchanged = read_source(path).raw == raw
     except SourceError:
         unchanged = False
-    if unchanged and not report.errors:
+    if unchanged and cacheable(report):
         cache.put(path, *key, report)
     return report
 
@@ -401,7 +440,7 @@ def _pooled(items: list, jobs: int) -> bool:
     return jobs > 1 and len(items) >= PARALLEL_THRESHOLD
 
 
-def _lint_before_forking(project, todo: list[tuple], jobs: int) -> list[tuple]:
+def _lint_before_forking(project, todo: list[tuple], jobs: int, timeout: Optional[float] = None) -> list[tuple]:
     """The items of `todo` to lint in this process before the pool forks: the files that
     others import (`Project.parse_shared_imports`, which parses them all now), the most
     imported first, up to a `jobs`-th of the text to lint.
@@ -413,7 +452,11 @@ def _lint_before_forking(project, todo: list[tuple], jobs: int) -> list[tuple]:
     workers inherit them. The bound keeps the part that runs before the pool (alone) from
     costing more time than the pool saves."""
     try:
-        shared = call_with_deep_stack(project.parse_shared_imports, [(item[0], item[1]) for item in todo])
+        shared = call_with_deep_stack(project.parse_shared_imports, [(item[0], item[1]) for item in todo],
+                                      timeout=timeout and timeout * PARALLEL_THRESHOLD)
+    except AnalysisTimeout:
+        _PROJECTS.clear()
+        return []  # the workers lint these files, each within its own budget
     except Exception:
         return []  # a failure here only costs time: the workers lint these files
     by_path = {os.path.abspath(item[0]): item for item in todo}
@@ -428,10 +471,12 @@ def _lint_before_forking(project, todo: list[tuple], jobs: int) -> list[tuple]:
     return first
 
 
-def _map(function, items: list, jobs: int) -> list[FileReport]:
-    """`function` over `items`, in a process pool when there are enough of them to pay for it."""
+def _map(function, items: list, jobs: int) -> Iterator[FileReport]:
+    """`function` over `items`, in a process pool when there are enough of them to pay for it;
+    each report as soon as it is made (a progress counter moves file by file)."""
     if not _pooled(items, jobs):
-        return [function(item) for item in items]
+        yield from map(function, items)
+        return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -440,7 +485,7 @@ def _map(function, items: list, jobs: int) -> list[FileReport]:
     # fork: workers start in milliseconds with everything imported; elsewhere the platform default.
     context = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else None
     with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context) as pool:
-        return list(pool.map(function, items))
+        yield from pool.map(function, items)
 
 
 def add_project_findings(reports: list[FileReport], settings: Settings, cache=None) -> None:
@@ -492,6 +537,13 @@ def process_stdin(data: bytes, display_path: str, settings: Settings, fix: Optio
         return FileReport(display_path, [problem_finding(display_path, str(error))])
     report = process_text_guarded(text, display_path, settings, fix)
     _with_bom(report, text, encoding)
+    if report.fixed_text is not None:
+        try:  # written back as the file would be: in its coding cookie's encoding, with its BOM
+            report.fixed_bytes = report.fixed_text.encode(encoding)
+        except UnicodeEncodeError as error:
+            report.errors.append(f"{display_path}: cannot write the fix: {error.object[error.start]!r} cannot be "
+                                 f"encoded as {encoding}; the code is unchanged")
+            report.fixed_text, report.applied, report.diff = None, [], ""
     return report
 
 

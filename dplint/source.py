@@ -16,6 +16,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 import tokenize
 import warnings
 from dataclasses import dataclass
@@ -108,6 +109,16 @@ def _os_reason(error: OSError) -> str:
     return error.strerror or str(error)
 
 
+_BARE_CR = re.compile(r"\r(?!\n)")
+
+
+def scanned_text(text: str) -> str:
+    """The text as dplint's text scanners read it: each bare CR (old Mac line ends, a line
+    break to Python and LibCST) as `\n`, so that `^`, `$`, `readline` and line splits see the
+    lines Python sees. Of the same length: every offset into one is the same in the other."""
+    return _BARE_CR.sub("\n", text) if "\r" in text else text
+
+
 def line_starts(text: str) -> list[int]:
     """Offsets of the first character of each line (index 0 is line 1)."""
     starts = [0]
@@ -168,6 +179,56 @@ def python_syntax_error(text: str) -> Optional[tuple[str, int, int]]:
     return None
 
 
+# What every Python refuses, whatever its version: its parser's limits and string literals
+# that cannot be decoded. LibCST accepts some of these (`"\\u"`, and nesting far deeper than
+# Python allows, at a cost of gigabytes), so they are refused before LibCST sees the file.
+# Other syntax errors may be newer syntax (a 3.12 `type X = int` under Python 3.11) that
+# LibCST knows: those it decides.
+_REFUSED_BY_EVERY_PYTHON = (
+    "too many nested parentheses", "too many levels of indentation", "too many statically nested blocks",
+    "too complex", "(unicode error)", "(value error)", "bytes can only contain ASCII",
+    "maximum recursion depth", "parser stack overflow",
+)
+
+
+PYTHON_RECURSION_LIMIT = 1000  # Python's default: the limit a script is compiled under when it is run
+
+
+def refused_by_every_python(text: str) -> Optional[tuple[str, int, int]]:
+    """Python's complaint about the text, only when no Python version would accept it either:
+    (message, line, 1-based column), or None.
+
+    The text is compiled, never run: Python's compiler refuses, beside its parser's limits,
+    expressions nested deeper than a script may be (a chain of 3,000 `+`, `.f()` or `.module`,
+    which LibCST's native parser takes minutes over, holding the interpreter all along). Its
+    depth limit follows the recursion limit (up to Python 3.11), so it is compiled under
+    Python's default, as a script would be, not under the raised limit analyses run with."""
+    previous = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(PYTHON_RECURSION_LIMIT)
+    except RecursionError:  # already deeper than that: compiled under the limit in force
+        pass
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning: invalid escape sequence, ...
+            compile(text, "<dplint>", "exec", dont_inherit=True)
+    except SyntaxError as error:
+        message = " ".join((error.msg or "invalid syntax").split())
+        problem = (message, *_inside(text, error.lineno or 1, error.offset or 1))
+    except (ValueError, RecursionError, MemoryError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        if isinstance(error, MemoryError):
+            reason = "too complex (Python's parser ran out of memory)"
+        problem = (reason, 1, 1)
+    else:
+        return None
+    finally:
+        sys.setrecursionlimit(previous)
+    if any(reason in problem[0] for reason in _REFUSED_BY_EVERY_PYTHON):
+        return problem
+    return None
+
+
 def _inside(text: str, line: int, column: int) -> tuple[int, int]:
     """The position moved into the file ("unexpected EOF" points past its last line)."""
     lines = LINE_BREAK.split(text)
@@ -186,8 +247,33 @@ _deep_calls = 0
 _saved_recursion_limit = 0
 
 
-def call_with_deep_stack(function: Callable[..., Result], *args) -> Result:
-    """`function(*args)` in a thread with a deep stack and recursion limit; re-raises its error."""
+class AnalysisTimeout(BaseException):
+    """An analysis ran past its time budget. Raised inside the analysis' thread to stop it, and
+    in the caller's thread with what the analysis was doing (`stage`). A BaseException: the
+    `except Exception` that keeps one rule's bug from taking the others down must not catch it."""
+
+    def __init__(self, seconds: float = 0.0, stage: Optional[str] = None) -> None:
+        super().__init__(seconds, stage)
+        self.seconds = seconds
+        self.stage = stage
+
+
+# What each thread's analysis is doing now (a rule's code and name, "parsing", ...): the
+# caller of a timed-out call names it. Keyed by thread ident; written by the analysis only.
+_stages: dict[int, Optional[str]] = {}
+TIMEOUT_GRACE_SECONDS = 2.0  # for the stopped analysis to unwind before its thread is given up
+
+
+def set_stage(stage: Optional[str]) -> None:
+    _stages[threading.get_ident()] = stage
+
+
+def call_with_deep_stack(function: Callable[..., Result], *args, timeout: Optional[float] = None) -> Result:
+    """`function(*args)` in a thread with a deep stack and recursion limit; re-raises its error.
+
+    With `timeout` (seconds), a call still running then is stopped: `AnalysisTimeout` is raised
+    in its thread (which ends any Python code at its next instruction), and here. A nested call
+    runs inside the outer one's budget."""
     global _deep_calls, _saved_recursion_limit
     if getattr(_deep, "inside", False):
         return function(*args)
@@ -197,19 +283,23 @@ def call_with_deep_stack(function: Callable[..., Result], *args) -> Result:
         try:
             worker = _DeepThread()
         except (RuntimeError, ValueError):  # no room for such a stack (ulimit -v)
-            return function(*args)  # on the plain stack, with the plain recursion limit
+            if timeout is not None:  # a budget needs a thread to stop: one with the plain stack
+                worker = _DeepThread(stack_bytes=0)
+            else:
+                return function(*args)  # on the plain stack, with the plain recursion limit
     with _deep_lock:
         if _deep_calls == 0:
             _saved_recursion_limit = sys.getrecursionlimit()
             sys.setrecursionlimit(max(_saved_recursion_limit, DEEP_RECURSION_LIMIT))
         _deep_calls += 1
     try:
-        succeeded, value = worker.run(function, args)
+        succeeded, value = worker.run(function, args, timeout)
     finally:
         with _deep_lock:
             _release_deep_call()
-    with _deep_lock:
-        _idle_deep_threads.append(worker)  # not when interrupted above: it may still be busy
+    if not worker.stopped:  # a stopped thread may still be unwinding (or stuck in C): never reused
+        with _deep_lock:
+            _idle_deep_threads.append(worker)
     if succeeded:
         return value
     raise value
@@ -220,26 +310,39 @@ class _DeepThread:
     lints each file on such a stack, and starting a thread (a fresh 512 MiB mapping) for every
     file cost as much as a small file's analysis."""
 
-    def __init__(self) -> None:
+    def __init__(self, stack_bytes: int = DEEP_STACK_BYTES) -> None:
         self._call: Optional[tuple] = None
         self._outcome: tuple = (False, None)
         self._start = threading.Lock()
         self._start.acquire()
         self._finished = threading.Lock()
         self._finished.acquire()
-        previous_stack = threading.stack_size(DEEP_STACK_BYTES)
+        self.stopped = False  # a call ran out of time: the thread is not to be used again
+        previous_stack = threading.stack_size(stack_bytes)
         try:
-            threading.Thread(target=self._serve, name="dplint-deep-stack", daemon=True).start()
+            self._thread = threading.Thread(target=self._serve, name="dplint-deep-stack", daemon=True)
+            self._thread.start()
         finally:
             threading.stack_size(previous_stack)
 
-    def run(self, function: Callable, args: tuple) -> tuple:
-        """(True, result) or (False, the exception it raised)."""
+    def run(self, function: Callable, args: tuple, timeout: Optional[float] = None) -> tuple:
+        """(True, result) or (False, the exception it raised, or AnalysisTimeout)."""
         self._call = (function, args)
         self._start.release()
-        self._finished.acquire()
-        outcome, self._outcome = self._outcome, (False, None)
-        return outcome
+        if self._finished.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            outcome, self._outcome = self._outcome, (False, None)
+            return outcome
+        self.stopped = True
+        ident = self._thread.ident
+        stage = _stages.get(ident)
+        # Python code stops at its next instruction; C code (a regex, the native parser) only
+        # when it returns. Asked again while it unwinds: an `except BaseException` that goes
+        # on (a `finally` that loops) is stopped once more.
+        deadline = time.monotonic() + TIMEOUT_GRACE_SECONDS
+        while _raise_in_thread(ident, AnalysisTimeout) and not self._finished.acquire(timeout=0.5):
+            if time.monotonic() > deadline:
+                break  # stuck in C: the daemon thread is left behind, the caller goes on
+        return False, AnalysisTimeout(timeout or 0.0, stage)
 
     def _serve(self) -> None:
         _deep.inside = True
@@ -251,7 +354,20 @@ class _DeepThread:
                 self._outcome = (True, function(*args))
             except BaseException as error:  # handed to the caller's thread
                 self._outcome = (False, error)
+            if self.stopped:
+                self._finished.release()
+                return  # never serves again (an AnalysisTimeout may still be pending for it)
             self._finished.release()
+
+
+def _raise_in_thread(ident: Optional[int], error: type) -> bool:
+    """Ask the interpreter to raise `error` in thread `ident` (CPython's
+    PyThreadState_SetAsyncExc); False when no such thread runs Python any more."""
+    import ctypes
+
+    if ident is None:
+        return False
+    return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(error)) == 1
 
 
 _idle_deep_threads: list[_DeepThread] = []  # guarded by `_deep_lock`
