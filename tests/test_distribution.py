@@ -91,4 +91,4 @@ def test_base_install_needs_no_pygls():
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert completed.stdout.strip() == "exit 2"
-    assert "pip install 'dplint[lsp]'" in completed.stderr
+    assert "pip install '.[lsp]'" in completed.stderr
