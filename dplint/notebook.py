@@ -9,8 +9,10 @@ inline`), a non-Python cell becomes comments. Masked lines go back as they were 
 writes the notebook.
 
 Findings name the cell (1-based, counting every cell as Jupyter shows them, as ruff does) and
-the line inside it: `nb.ipynb:cell 3:2:7: DPL007 ...`. A fix rewrites only the `source` of the
-cells it changed; outputs, metadata, ids, the JSON's indentation and its final newline stay.
+the line inside it: `nb.ipynb:cell 3:2:7: DPL007 ...`; so do the lines their messages cite
+("the loop at cell 3, line 4"). A fix rewrites only the `source` of the cells it changed;
+outputs, metadata, ids, the JSON's indentation and its final newline stay. `fix --diff` prints
+the patch of the JSON text as stored, which `git apply` and `patch` take.
 Notebooks that cannot be read (invalid JSON, nbformat 3, no cells list) are one DPL000 line.
 Notebooks whose kernel is not Python are passed over.
 """
@@ -18,7 +20,6 @@ Notebooks whose kernel is not Python are passed over.
 from __future__ import annotations
 
 import bisect
-import difflib
 import functools
 import json
 import re
@@ -111,19 +112,18 @@ class Notebook:
                 cells[cell.index - 1]["source"] = source.splitlines(keepends=True) if cell.as_list else source
         return _dump_like(self.data, self.raw)
 
-    def diff(self, path: str, sources: list[str]) -> str:
-        """A unified diff per changed cell, headed `nb.ipynb:cell 3` (as ruff's)."""
-        out = []
-        for cell, source in zip(self.cells, sources):
-            if source != cell.source:
-                name = f"{path}:cell {cell.index}"
-                before, after = _with_final_newline(cell.source), _with_final_newline(source)
-                out.extend(difflib.unified_diff(before.splitlines(True), after.splitlines(True), name, name))
-        return "".join(out)
-
-
-def _with_final_newline(text: str) -> str:
-    return text if not text or text.endswith("\n") else text + "\n"
+    def laid_out_as(self, text: str) -> "Notebook":
+        """The notebook with its cells starting where they start in `text`, the joined module
+        after fixes (which may have added or removed lines in a cell)."""
+        first_rows, row, offset = [1], 1, 0
+        for boundary in _BOUNDARY_LINE.finditer(text):
+            row += len(LINE_BREAK.findall(text, offset, boundary.end()))
+            offset = boundary.end()
+            first_rows.append(row)
+        if len(first_rows) != len(self.cells) + 1:
+            return self  # the fix is refused in this case (see `split`)
+        cells = [replace(cell, first_row=first) for cell, first in zip(self.cells, first_rows)]
+        return replace(self, cells=cells)
 
 
 def loads(raw: str) -> Notebook:
@@ -316,7 +316,29 @@ def relocate(finding: Finding, notebook: Notebook) -> Finding:
         _, edit_start = notebook.locate(edit.location.row, edit.location.column)
         _, edit_end = notebook.locate(edit.end_location.row, edit.end_location.column)
         edits.append(TextEdit(edit.start, edit.end, edit.content, edit_start, edit_end))
-    return replace(finding, location=start, end_location=end, edits=edits, cell=cell)
+    message = with_cell_lines(finding.message, notebook)
+    return replace(finding, message=message, location=start, end_location=end, edits=edits, cell=cell)
+
+
+# `line 20` in a message: a line of the joined module, unless it is another file's ("line 9 of
+# its file"; other files' lines are written `path:9`).
+_CITED_LINE = re.compile(r"\bline (\d+)\b(?! of its file)")
+_CODE_SPAN = re.compile(r"(`[^`]*`)")
+
+
+def with_cell_lines(message: str, notebook: Notebook) -> str:
+    """The message with each line it cites named by cell and line inside it ("the loop at
+    line 20" -> "the loop at cell 3, line 4"). Rules count lines in the joined module; this
+    keeps them from having to know about notebooks. Code in backticks is left as it is."""
+    if not notebook.cells or "line " not in message:
+        return message
+
+    def in_cell(match: re.Match) -> str:
+        cell, position = notebook.locate(int(match.group(1)), 1)
+        return f"cell {cell}, line {position.row}"
+
+    parts = _CODE_SPAN.split(message)
+    return "".join(part if index % 2 else _CITED_LINE.sub(in_cell, part) for index, part in enumerate(parts))
 
 
 def relocate_project_findings(findings: list[Finding]) -> list[Finding]:
@@ -336,8 +358,11 @@ def _read_for_positions(path: str) -> Optional[Notebook]:
         return None
 
 
-def process_notebook_text(raw: str, path: str, settings: "Settings", fix: Optional["FixOptions"]) -> "FileReport":
-    """Lint (or fix) a notebook's JSON text; a fix puts the new JSON in `fixed_text`."""
+def process_notebook_text(raw: str, path: str, settings: "Settings", fix: Optional["FixOptions"],
+                          bom: bool = False) -> "FileReport":
+    """Lint (or fix) a notebook's JSON text; a fix puts the new JSON in `fixed_text` and its
+    patch in `diff` (`bom`: the file starts with a UTF-8 BOM, which `raw` does not carry)."""
+    from dplint.diffs import unified_diff
     from dplint.runner import FileReport, problem_finding, process_text_guarded
 
     try:
@@ -348,16 +373,18 @@ def process_notebook_text(raw: str, path: str, settings: "Settings", fix: Option
         return FileReport(path)
     report = process_text_guarded(notebook.text, path, settings, fix)
     report.diff = ""
+    fixed = notebook  # the findings left after a fix are positions in the fixed cells
     if report.fixed_text is not None:
         sources = notebook.split(report.fixed_text)
+        fixed = notebook.laid_out_as(report.fixed_text)
         report.fixed_text = None
         if sources is None:
             report.errors.append(f"{path}: internal error: a fix crossed a cell boundary; the notebook is unchanged")
             report.applied = []
         else:
             report.fixed_text = notebook.dumps(sources)
-            report.diff = notebook.diff(path, sources)
-    report.findings = [relocate(finding, notebook) for finding in report.findings]
+            report.diff = unified_diff(raw, report.fixed_text, path, bom=bom, encoding="utf-8")
+    report.findings = [relocate(finding, fixed) for finding in report.findings]
     report.applied = [relocate(finding, notebook) for finding in report.applied]
     return report
 
@@ -374,9 +401,10 @@ def process_notebook_file(path: str, settings: "Settings", fix: Optional["FixOpt
         return FileReport(path, [problem_finding(path, str(error))])
     except UnicodeDecodeError as error:
         return FileReport(path, [problem_finding(path, f"cannot read notebook: not UTF-8 (byte {error.start})")])
-    report = process_notebook_text(raw, path, settings, fix)
+    has_bom = source.raw.startswith(b"\xef\xbb\xbf")
+    report = process_notebook_text(raw, path, settings, fix, bom=has_bom)
     if fix is not None and fix.write and report.fixed_text is not None:
-        bom = "\ufeff" if source.raw.startswith(b"\xef\xbb\xbf") else ""
+        bom = "\ufeff" if has_bom else ""
         try:
             if read_source(path).raw != source.raw:
                 report.errors.append(f"{path}: changed while being fixed; the fix was not written")
@@ -387,6 +415,17 @@ def process_notebook_file(path: str, settings: "Settings", fix: Optional["FixOpt
             report.errors.append(f"{path}: cannot write the fix: {getattr(error, 'strerror', None) or error}; the file is unchanged")
             report.applied = []
     return report
+
+
+# ---------------------------------------------------------------------------- cells for code frames
+def cell_lines(path: str, cell: int) -> Optional[list[str]]:
+    """The lines of a code cell's source as the notebook at `path` stores it (IPython syntax
+    and all), for the `full` output's code frames; None when it cannot be read."""
+    notebook = _read_for_positions(path)
+    for code_cell in notebook.cells if notebook is not None else ():
+        if code_cell.index == cell:
+            return LINE_BREAK.split(code_cell.source)
+    return None
 
 
 # ---------------------------------------------------------------------------- positions in the JSON

@@ -3,17 +3,67 @@
 Every reporter takes the findings and `unsafe_fixes` (whether `[*]` counts unsafe fixes), and
 may use `files` (every file checked, for formats that list clean files) and `root` (the folder
 that paths are made relative to; default: the repository around the current folder).
+
+Every report is valid UTF-8: a file name that is not (the byte 0xff on Linux, which
+`os.fsdecode` makes the lone surrogate U+DCFF) is written `bad\\xff.py`, in SARIF's URIs as
+its bytes percent-encoded (`bad%FF.py`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from dplint import __version__
 from dplint.rule import Applicability, Finding, Severity, finding_to_dict
+
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def readable(text: str) -> str:
+    """`text` with each lone surrogate escaped: `\\xff` for one `os.fsdecode` made of a byte
+    that is not UTF-8 (U+DC80..U+DCFF), `\\ud800` for any other. Valid UTF-8, still legible."""
+
+    def escape(match: re.Match) -> str:
+        code = ord(match.group())
+        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+    return _LONE_SURROGATE.sub(escape, text)
+
+
+def _readable_data(value: Any) -> Any:
+    """`readable` on every string of JSON-able data (before `json.dumps`, which would write a
+    lone surrogate as `\\udcff`, text that strict JSON and UTF-8 readers refuse)."""
+    if isinstance(value, str):
+        return readable(value)
+    if isinstance(value, dict):
+        return {readable(key): _readable_data(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_readable_data(item) for item in value]
+    return value
+
+
+def _utf8(reporter: Callable[..., str]) -> Callable[..., str]:
+    """A text reporter whose output is made valid UTF-8 (see `readable`), so that writing it to
+    a file or a strict standard output cannot fail."""
+
+    @functools.wraps(reporter)
+    def render(*args, **kwargs) -> str:
+        return readable(reporter(*args, **kwargs))
+
+    return render
+
+
+def _path_bytes(path: str) -> bytes:
+    """A path's bytes as stored (`os.fsencode`), also for a surrogate no byte made."""
+    try:
+        return os.fsencode(path)
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogatepass")
 
 
 def fixable(finding: Finding, unsafe_fixes: bool) -> bool:
@@ -78,6 +128,7 @@ def _summary(findings: Sequence[Finding], unsafe_fixes: bool) -> list[str]:
     return lines
 
 
+@_utf8
 def text(findings: Sequence[Finding], unsafe_fixes: bool = False, summary: bool = True, **_) -> str:
     """One line per finding (`path:line:col: CODE severity [*] message`), then the summary."""
     lines = [_line(f, unsafe_fixes) for f in findings] + (_summary(findings, unsafe_fixes) if summary else [])
@@ -135,15 +186,22 @@ def _display(line: str) -> str:
     return line.replace("\t", "    ").replace("\x0c", " ").rstrip("\r\n")
 
 
-def _source_lines(path: str, cache: dict[str, Optional[list[str]]]) -> Optional[list[str]]:
-    if path not in cache:
+def _source_lines(finding: Finding, cache: dict[tuple, Optional[list[str]]]) -> Optional[list[str]]:
+    """The lines the finding's rows count: its file's, or for a notebook its cell's."""
+    key = (finding.filename, finding.cell)
+    if key not in cache:
         from dplint.source import LINE_BREAK, SourceError, read_source
 
-        try:
-            cache[path] = LINE_BREAK.split(read_source(path).text)
-        except (SourceError, OSError, ValueError):
-            cache[path] = None  # standard input, or a file gone since: no code frame
-    return cache[path]
+        if finding.cell is not None:
+            from dplint.notebook import cell_lines
+
+            cache[key] = cell_lines(finding.filename, finding.cell)
+        else:
+            try:
+                cache[key] = LINE_BREAK.split(read_source(finding.filename).text)
+            except (SourceError, OSError, ValueError):
+                cache[key] = None  # standard input, or a file gone since: no code frame
+    return cache[key]
 
 
 def _frame(finding: Finding, lines: Optional[list[str]]) -> list[str]:
@@ -165,14 +223,15 @@ def _frame(finding: Finding, lines: Optional[list[str]]) -> list[str]:
     ]
 
 
+@_utf8
 def full(findings: Sequence[Finding], unsafe_fixes: bool = False, summary: bool = True, **_) -> str:
     """As ruff's `full` output: each finding's title, the source line with a caret under the
     finding, a note (what torch does) and the help (what to do); then the summary."""
-    sources: dict[str, Optional[list[str]]] = {}
+    sources: dict[tuple, Optional[list[str]]] = {}
     blocks = []
     for f in findings:
         title, note, help_text = message_parts(f)
-        block = [f"{_header(f, unsafe_fixes)} {title}", *_frame(f, _source_lines(f.filename, sources))]
+        block = [f"{_header(f, unsafe_fixes)} {title}", *_frame(f, _source_lines(f, sources))]
         gutter = " " * len(str(f.location.row))
         if note:
             block.append(f"{gutter} = note: {note}")
@@ -184,17 +243,55 @@ def full(findings: Sequence[Finding], unsafe_fixes: bool = False, summary: bool 
     return "\n".join(blocks)
 
 
+@_utf8
 def concise(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
     """One line per finding and nothing else: for grep, editors' problem matchers and diffs."""
     return "".join(_line(f, unsafe_fixes) + "\n" for f in findings)
 
 
+@_utf8
+def grouped(findings: Sequence[Finding], unsafe_fixes: bool = False, summary: bool = True, **_) -> str:
+    """As ruff's `grouped`: the findings under their file's name, `row:column` aligned (rows to
+    the right, columns to the left), a blank line after each file; then the summary."""
+    by_file: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_file.setdefault(f.filename, []).append(f)
+    blocks = []
+    for path, found in by_file.items():
+        rows = [f"cell {f.cell}:{f.location.row}" if f.cell is not None else str(f.location.row) for f in found]
+        columns = [str(f.location.column) for f in found]
+        row_width, column_width = max(map(len, rows)), max(map(len, columns))
+        lines = [f"{path}:"]
+        for f, row, column in zip(found, rows, columns):
+            lines.append(
+                f"  {row:>{row_width}}:{column:<{column_width}} {f.code} {f.severity.value}"
+                f"{_fix_marker(f, unsafe_fixes)} {f.message}"
+            )
+        blocks.append("\n".join(lines) + "\n")
+    if summary:
+        blocks.append("\n".join(_summary(findings, unsafe_fixes)) + "\n")
+    return "\n".join(blocks)
+
+
+def _cell_prefix(finding: Finding) -> str:
+    """For formats that point into the file as stored (a notebook's JSON): where in the cell."""
+    return f"cell {finding.cell}, line {finding.location.row}: " if finding.cell is not None else ""
+
+
+@_utf8
+def pylint(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
+    """As pylint's parseable output (and ruff's `pylint`): `path:line: [CODE(slug)] message`."""
+    return "".join(
+        f"{f.filename}:{_stored_region(f)[0]}: [{f.code}({f.name})] {_cell_prefix(f)}{f.message}\n" for f in findings
+    )
+
+
 def json_array(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
-    return json.dumps([finding_to_dict(f) for f in findings], indent=2) + "\n"
+    return json.dumps([_readable_data(finding_to_dict(f)) for f in findings], indent=2) + "\n"
 
 
 def json_lines(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
-    return "".join(json.dumps(finding_to_dict(f)) + "\n" for f in findings)
+    return "".join(json.dumps(_readable_data(finding_to_dict(f))) + "\n" for f in findings)
 
 
 # ---------------------------------------------------------------------------- GitHub Actions
@@ -211,6 +308,7 @@ def github_escape_property(value: str) -> str:
     return github_escape_data(value).replace(":", "%3A").replace(",", "%2C")
 
 
+@_utf8
 def github(findings: Sequence[Finding], unsafe_fixes: bool = False, **_) -> str:
     """GitHub Actions workflow commands: each finding becomes an annotation on the pull request."""
     lines = []
@@ -253,6 +351,7 @@ def repository_root(start: Optional[str] = None) -> str:
 def _sarif_rules() -> list[dict]:
     from dplint.engine import PARSE_ERROR_CODE, PARSE_ERROR_NAME
     from dplint.registry import all_rules
+    from dplint.runner import TIMEOUT_CODE, TIMEOUT_NAME
 
     rules = [
         {
@@ -262,7 +361,15 @@ def _sarif_rules() -> list[dict]:
             "fullDescription": {"text": "dplint could not read, decode or parse this file, so it checked nothing in it."},
             "help": {"text": "Fix the syntax or encoding error; dplint reports what the parser said."},
             "defaultConfiguration": {"level": "error"},
-        }
+        },
+        {
+            "id": TIMEOUT_CODE,
+            "name": TIMEOUT_NAME,
+            "shortDescription": {"text": "a file whose analysis ran past the per-file time budget"},
+            "fullDescription": {"text": "dplint stopped analysing this file after `analysis-timeout` seconds, so it checked nothing in it."},
+            "help": {"text": "Raise `analysis-timeout` (or `--analysis-timeout`); please report the file: no real file should need it."},
+            "defaultConfiguration": {"level": "error"},
+        },
     ]
     for rule in all_rules():
         documentation = rule.documentation()
@@ -297,7 +404,7 @@ def _artifact_location(filename: str, root: str) -> dict:
         return {"uri": Path(absolute).as_uri()}  # outside the repository: an absolute file URI
     from urllib.parse import quote
 
-    return {"uri": quote(relative.replace(os.sep, "/")), "uriBaseId": "%SRCROOT%"}
+    return {"uri": quote(_path_bytes(relative.replace(os.sep, "/"))), "uriBaseId": "%SRCROOT%"}
 
 
 def sarif(findings: Sequence[Finding], unsafe_fixes: bool = False, root: Optional[str] = None, **_) -> str:
@@ -349,7 +456,41 @@ def sarif(findings: Sequence[Finding], unsafe_fixes: bool = False, root: Optiona
             }
         ],
     }
-    return json.dumps(log, indent=2) + "\n"
+    return json.dumps(_readable_data(log), indent=2) + "\n"
+
+
+# ---------------------------------------------------------------------------- GitLab Code Quality
+GITLAB_SEVERITY = {Severity.ERROR: "major", Severity.WARNING: "minor", Severity.INFO: "info"}
+
+
+def gitlab(findings: Sequence[Finding], unsafe_fixes: bool = False, root: Optional[str] = None, **_) -> str:
+    """GitLab Code Quality (a CI job's `artifacts: reports: codequality:`): paths relative to
+    the project (`$CI_PROJECT_DIR` in a GitLab job, else the repository); each finding's
+    fingerprint is a hash of its code, path and message, numbered among equal ones, so that it
+    stays the same while the code around it moves."""
+    import hashlib
+
+    root = os.path.abspath(root or os.environ.get("CI_PROJECT_DIR") or repository_root())
+    seen: dict[bytes, int] = {}
+    issues = []
+    for f in findings:
+        try:
+            path = os.path.relpath(os.path.abspath(f.filename), root).replace(os.sep, "/")
+        except ValueError:  # another drive
+            path = os.path.abspath(f.filename)
+        key = b"\0".join((f.code.encode(), _path_bytes(path), f.message.encode("utf-8", "surrogatepass")))
+        seen[key] = seen.get(key, 0) + 1
+        row, _, end_row, _ = _stored_region(f)
+        issues.append(
+            {
+                "description": f"{f.code} ({f.name}) {_cell_prefix(f)}{f.message}",
+                "check_name": f.code,
+                "fingerprint": hashlib.sha256(key + b"\0%d" % seen[key]).hexdigest()[:32],
+                "severity": GITLAB_SEVERITY[f.severity],
+                "location": {"path": path, "lines": {"begin": row, "end": end_row}},
+            }
+        )
+    return json.dumps(_readable_data(issues), indent=2) + "\n"
 
 
 # ---------------------------------------------------------------------------- JUnit XML
@@ -360,6 +501,7 @@ def _xml_text(value: str) -> str:
     return _NOT_XML.sub("\ufffd", value)
 
 
+@_utf8
 def junit(findings: Sequence[Finding], unsafe_fixes: bool = False, files: Sequence[str] = (), **_) -> str:
     """JUnit XML for CI test reports: a test suite per file, a failed test case per finding,
     and one passing test case for each checked file without findings."""
@@ -407,4 +549,7 @@ REPORTERS: dict[str, Callable[..., str]] = {
     "sarif": sarif,
     "junit": junit,
     "full": full,
+    "grouped": grouped,
+    "pylint": pylint,
+    "gitlab": gitlab,
 }

@@ -155,11 +155,80 @@ def test_json_sarif_and_github_name_the_cell(cli, folder):
     jsonschema.validate(log, schema)
 
 
-def test_diff_is_per_cell(cli, folder):
+def test_diff_is_a_patch_of_the_notebooks_json(cli, folder):
+    """`git apply` and `patch` take it (tests/test_diffs.py applies it): the changed line of the
+    JSON, headed by the file's own name."""
     result = cli("fix", "--diff", BAD, cwd=folder)
     assert result.returncode == 1
-    assert _out(result).startswith(f"--- {BAD}:cell 5\n+++ {BAD}:cell 5\n")
+    lines = _out(result).splitlines()
+    assert lines[:2] == [f"--- {BAD}", f"+++ {BAD}"]
+    assert [line for line in lines if line[:1] in "+-" and line[:3] not in ("---", "+++")] == [
+        '-    "loader = DataLoader(numbers, batch_size=8, shuffle=True, sampler=sampler)\\n",',
+        '+    "loader = DataLoader(numbers, batch_size=8, sampler=sampler)\\n",',
+    ]
     assert (folder / BAD).read_bytes() == (NOTEBOOKS / BAD).read_bytes()
+
+
+def test_full_output_shows_the_cells_own_line(cli, folder):
+    result = cli("check", "--no-cache", "--output-format", "full", BAD, cwd=folder)
+    frame = _out(result).splitlines()[1:5]
+    assert frame == [
+        "  |",
+        "2 | loader = DataLoader(numbers, batch_size=8, shuffle=True, sampler=sampler)",
+        "  |                                            ^^^^^^^^^^^^ DPL007",
+        "  |",
+    ]
+
+
+def _training_notebook(path):
+    """Imports in cell 1, a training loop in cell 3 (DPL008: its fix inserts a line), an unguarded
+    save of the DDP model in cell 5 (DPL011, DPL006: no safe fix)."""
+    cells = [
+        ("code", "import torch\nimport torch.distributed as dist\n"
+                 "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                 "from torch.utils.data import DataLoader, DistributedSampler\n"),
+        ("markdown", "Training\n"),
+        ("code", 'dist.init_process_group("gloo")\nmodel = DDP(torch.nn.Linear(2, 2))\n'
+                 "sampler = DistributedSampler(dataset)\nloader = DataLoader(dataset, sampler=sampler)\n"
+                 "for epoch in range(3):\n    for batch in loader:\n        model(batch).sum().backward()\n"),
+        ("markdown", "Save\n"),
+        ("code", 'torch.save(model.state_dict(), "ckpt.pt")\n'),
+    ]
+    code = {"execution_count": None, "outputs": []}
+    notebook = {
+        "cells": [{"cell_type": kind, "metadata": {}, "source": text.splitlines(True), **(code if kind == "code" else {})}
+                  for kind, text in cells],
+        "metadata": {"kernelspec": {"language": "python", "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(notebook, indent=1) + "\n")
+
+
+def test_messages_name_the_cell_and_line_they_cite(cli, tmp_path):
+    _training_notebook(tmp_path / "nb.ipynb")
+    out = _out(cli("check", "--no-cache", "--select", "DPL008", "nb.ipynb", cwd=tmp_path))
+    assert out.startswith("nb.ipynb:cell 3:3:11: DPL008 error [*] This DistributedSampler shuffles")
+    assert "so every epoch of the loop at cell 3, line 5 repeats the same order" in out
+    assert "line 10" not in out  # the joined module's line
+
+
+def test_cell_lines_in_messages_skip_code_and_other_files():
+    from dplint.notebook import loads, with_cell_lines
+
+    notebook = loads(json.dumps({"cells": [{"cell_type": "code", "source": "a = 1\nb = 2\n"},
+                                           {"cell_type": "code", "source": "c = 3\n"}],
+                                 "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert with_cell_lines("the loop at line 4 and (line 2)", notebook) == "the loop at cell 2, line 1 and (cell 1, line 2)"
+    assert with_cell_lines("`print('line 4')` (line 9 of its file)", notebook) == "`print('line 4')` (line 9 of its file)"
+
+
+def test_findings_left_after_a_fix_are_located_in_the_fixed_notebook(cli, tmp_path):
+    _training_notebook(tmp_path / "nb.ipynb")
+    fixed = cli("fix", "--no-cache", "nb.ipynb", cwd=tmp_path)
+    assert "Fixed 1 problem" in fixed.stderr.decode()
+    checked = cli("check", "--no-cache", "nb.ipynb", cwd=tmp_path)
+    left = [line for line in _out(checked).splitlines() if line.startswith("nb.ipynb:")]
+    assert left and [line.split(" DPL")[0] for line in left] == ["nb.ipynb:cell 5:1:1:", "nb.ipynb:cell 5:1:12:"]
+    assert [line for line in _out(fixed).splitlines() if line.startswith("nb.ipynb:")] == left
 
 
 def test_exclude_and_extend_include(cli, folder):

@@ -168,7 +168,7 @@ def test_sarif_has_what_github_code_scanning_reads(cli, project):
     driver = run["tool"]["driver"]
     assert driver["name"] == "dplint"
     rules = driver["rules"]
-    assert [rule["id"] for rule in rules] == ["DPL000"] + [rule.code for rule in all_rules()]
+    assert [rule["id"] for rule in rules] == ["DPL000", "DPL099"] + [rule.code for rule in all_rules()]
     for rule in rules:
         assert rule["shortDescription"]["text"] and rule["fullDescription"]["text"] and rule["help"]["text"]
         assert rule["defaultConfiguration"]["level"] in ("error", "warning", "note")
@@ -272,7 +272,7 @@ def test_every_format_is_selectable_by_flag_environment_and_writes_to_a_file(cli
 def test_unknown_format_is_a_usage_error(cli, project):
     result = check(cli, project, "--output-format", "xml")
     assert result.returncode == 2
-    assert b"unknown output format 'xml' (choose from text, concise, json, json-lines, github, sarif, junit, full)" in result.stderr
+    assert b"unknown output format 'xml' (choose from text, concise, json, json-lines, github, sarif, junit, full, grouped, pylint, gitlab)" in result.stderr
 
 
 def test_statistics(cli, project):
