@@ -10,6 +10,7 @@ pack instead (`runs/<hash of the paths it was started on>.json`), which the next
 same paths reads whole: creating one file per checked file cost a cold run over a folder a
 tenth of its time. A file without an entry of its own is looked up in the newest packs (a
 pre-commit run after `dplint check .`). The rule catalog (`catalog.json`) is kept beside them.
+Every file opens with a digest of its text: one of any other shape is a miss, never a crash.
 
 Safe under concurrent runs: every entry is written to a temporary file and renamed over the
 old one, so a reader sees a whole entry or none; two runs writing one entry at once lose at
@@ -133,13 +134,42 @@ def _load_in_use(path: str) -> object:
     """The JSON value in `path` (None when there is none or it is damaged); a file read a day
     after it was written is touched: still in use, not the first to go."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
+        with open(path, "rb") as handle:
+            value = _unsealed(handle.read())
             if time.time() - os.fstat(handle.fileno()).st_mtime > TOUCH_AFTER_S:
                 os.utime(path)
     except (OSError, ValueError):
         return None
     return value
+
+
+# Every file the cache writes opens with a digest of the rest: `{"check":"<hex>",...}`.
+_SEAL_START = b'{"check":"'
+_SEAL_END = len(_SEAL_START) + 32
+
+
+def _digest(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).hexdigest().encode()
+
+
+def _sealed(data: dict) -> bytes:
+    """`data` as JSON with a digest of its text first (still JSON: the first key)."""
+    body = json.dumps(data, separators=(",", ":")).encode()  # dumps encodes in C; dump in Python
+    return _SEAL_START + _digest(body) + b'"' + (b"," if body != b"{}" else b"") + body[1:]
+
+
+def _unsealed(raw: bytes) -> object:
+    """The value `_sealed` wrote, or None when the text no longer matches its digest: a file of
+    the wrong shape (a finding dropped or cut short, a field of another type, a list for a
+    dict) would otherwise crash every later run, or lose findings run after run. Hashing the
+    text costs a warm run far less than checking each value it holds."""
+    if not raw.startswith(_SEAL_START) or raw[_SEAL_END : _SEAL_END + 1] != b'"':
+        return None
+    rest = raw[_SEAL_END + 1 :]
+    body = b"{" + (rest[1:] if rest.startswith(b",") else rest)
+    if _digest(body) != raw[len(_SEAL_START) : _SEAL_END]:
+        return None
+    return json.loads(body)
 
 
 def _read_pack(path: str) -> dict:
@@ -157,8 +187,8 @@ def _write_json(path: str, data: dict) -> None:
     """Write whole or not at all: a temp file in the same folder, renamed over the entry."""
     temp = f"{path}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, separators=(",", ":")))  # dumps encodes in C; dump in Python
+        with open(temp, "wb") as handle:
+            handle.write(_sealed(data))
         os.replace(temp, path)
     except OSError:
         try:
@@ -314,12 +344,11 @@ class Cache:
 
     def get_project(self, facts_key: str) -> Optional[list[Finding]]:
         """The project-wide findings last computed from these facts (every file's, hashed)."""
+        entry = _load_in_use(self._project_path(facts_key))
         try:
-            with open(self._project_path(facts_key), encoding="utf-8") as handle:
-                entry = json.load(handle)
             return [finding_from_dict(f) for f in entry["findings"]]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None  # none, or damaged: compute them again
 
     def put_project(self, facts_key: str, findings: list[Finding]) -> None:
         target = self._project_path(facts_key)

@@ -37,6 +37,8 @@ def ensure_import(model: SemanticModel, module: str, name: str, used_at: cst.CST
     statement = f"from {module} import {name}"
     before = model.order(used_at)
     anchor = None
+    groups: list[list[cst.SimpleStatementLine]] = []  # runs of import lines, no blank line between
+    previous = None
     for top in model.module.body:
         if model.order(top) >= before:
             break
@@ -44,12 +46,70 @@ def ensure_import(model: SemanticModel, module: str, name: str, used_at: cst.CST
             isinstance(small, (cst.Import, cst.ImportFrom)) for small in top.body
         ):
             anchor = top
+            if groups and groups[-1][-1] is previous and not top.leading_lines:
+                groups[-1].append(top)
+            else:
+                groups.append([top])
+        previous = top
+    placed = _sorted_place(model, groups, module, name)
+    if placed is not None:
+        return name, placed
     if anchor is not None:
         return name, Edit(anchor, statement, EditKind.INSERT_AFTER_STATEMENT)
     first = _first_code_statement(model.module)
     if first is None:
         return name, None
     return name, Edit(first, statement, EditKind.INSERT_BEFORE_STATEMENT)
+
+
+def _sorted_place(model: SemanticModel, groups: list[list[cst.SimpleStatementLine]], module: str,
+                  name: str) -> Optional[Edit]:
+    """Where isort (and ruff's `I001`, with their defaults) would put `from module import name`:
+    joined to a one-line `from module import ...`, or in the group of imports of the same
+    top-level package (`torch`), with `import x` lines first, then `from x import` lines, each
+    sorted by module. None when no group imports that package (the caller appends it)."""
+    package = module.split(".")[0]
+    ours = (1, module.lower())
+    for group in groups:
+        keys = [_sort_key(model, line) for line in group]
+        if not any(key is not None and key[1].split(".")[0] == package for key in keys):
+            continue
+        for line, key in zip(group, keys):
+            joined = _joined(model, line, module, name) if key == ours else None
+            if joined is not None:
+                return joined
+        after = [line for line, key in zip(group, keys) if key is not None and key <= ours]
+        if after:
+            return Edit(after[-1], f"from {module} import {name}", EditKind.INSERT_AFTER_STATEMENT)
+        return Edit(group[0], f"from {module} import {name}", EditKind.INSERT_BEFORE_STATEMENT)
+    return None
+
+
+def _sort_key(model: SemanticModel, line: cst.SimpleStatementLine) -> Optional[tuple[int, str]]:
+    """isort's order of a line within its section: `import x` lines, then `from x import`."""
+    if len(line.body) != 1:
+        return None
+    (statement,) = line.body
+    if isinstance(statement, cst.Import):
+        return (0, model.code(statement.names[0].name).lower())
+    if statement.relative or statement.module is None:
+        return None
+    return (1, model.code(statement.module).lower())
+
+
+def _joined(model: SemanticModel, line: cst.SimpleStatementLine, module: str, name: str) -> Optional[Edit]:
+    """`from module import a, b` with `name` among its names, sorted as isort sorts them
+    (CONSTANTS, Classes, then the rest), when the line is one plain line."""
+    (statement,) = line.body
+    if isinstance(statement.names, cst.ImportStar) or statement.lpar is not None:
+        return None
+    names = [model.code(alias).strip().rstrip(",").strip() for alias in statement.names] + [name]
+
+    def order(alias: str) -> tuple[int, str]:
+        bare = alias.split(" ")[0]
+        return (0 if bare.isupper() and len(bare) > 1 else 1 if bare[:1].isupper() else 2, bare.lower())
+
+    return Edit(statement, f"from {module} import {', '.join(sorted(names, key=order))}")
 
 
 def _first_code_statement(module: cst.Module) -> Optional[cst.CSTNode]:

@@ -70,29 +70,54 @@ def rule_catalog() -> tuple[RuleEntry, ...]:
     stored = _stored_catalog(_CATALOG_FILE) if _CATALOG_FILE is not None else None
     if stored is not None:
         return stored
+    return _sorted(entry for entries in _catalog_by_module().values() for entry in entries)
+
+
+def _sorted(entries: Iterable[RuleEntry]) -> tuple[RuleEntry, ...]:
+    return tuple(sorted(entries, key=lambda entry: entry.code))
+
+
+def _rule_modules() -> list:
+    """The modules of the rules package (a look at its folder: no module is read)."""
     import dplint.rules as package
 
-    entries: list[RuleEntry] = []
-    for info in pkgutil.iter_modules(package.__path__):
+    return list(pkgutil.iter_modules(package.__path__))
+
+
+def _catalog_by_module() -> dict[str, list[RuleEntry]]:
+    """{module name: the entries of the rules it defines} for every module of the rules package."""
+    import dplint.rules as package
+
+    catalog: dict[str, list[RuleEntry]] = {}
+    for info in _rule_modules():
         path = os.path.join(getattr(info.module_finder, "path", ""), info.name + ".py")
         found = _literal_entries(path)
         if found is None:
             module = importlib.import_module(f"{package.__name__}.{info.name}")
             found = [RuleEntry(rule.code, rule.name, tuple(rule.tokens), tuple(rule.anchor_tokens))
                      for rule in all_rules() if rule.__module__ == module.__name__]
-        entries.extend(found)
-    return tuple(sorted(entries, key=lambda entry: entry.code))
+        catalog[info.name] = found
+    return catalog
 
 
 def _stored_catalog(path: str) -> tuple[RuleEntry, ...] | None:
+    """The catalog `store_catalog` wrote, or None when there is none or it is in any doubt: a
+    catalog that lacks a rule module's entries (cut short, edited) would disable those rules.
+
+    Stored as {"modules": {module name: [[code, name, tokens, anchor tokens], ...]}}; it must
+    name every module of the rules package, which a look at the folder tells."""
     try:
         with open(path, encoding="utf-8") as handle:
-            rows = json.load(handle)
-        entries = tuple(
+            stored = json.load(handle)
+        modules = stored["modules"]
+        if sorted(modules) != sorted(info.name for info in _rule_modules()):
+            return None
+        entries = _sorted(
             RuleEntry(code, name, _token_tuple(tokens), _token_tuple(anchor_tokens))
+            for rows in modules.values()
             for code, name, tokens, anchor_tokens in rows
         )
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None  # none yet, or damaged: read the rules
     ok = all(
         isinstance(entry.code, str) and isinstance(entry.name, str)
@@ -100,22 +125,29 @@ def _stored_catalog(path: str) -> tuple[RuleEntry, ...] | None:
                 for token in (*entry.tokens, *entry.anchor_tokens))
         for entry in entries
     )
-    return entries if ok and entries else None
+    codes = [entry.code for entry in entries]
+    return entries if ok and entries and len(set(codes)) == len(codes) else None
 
 
 def _token_tuple(tokens) -> tuple:
+    if isinstance(tokens, (str, dict)):
+        raise TypeError("tokens are a list")
     return tuple(token if isinstance(token, str) else tuple(token) for token in tokens)
 
 
 def store_catalog(path: str) -> None:
-    """Write the catalog where `keep_catalog_in` finds it (whole or not at all)."""
-    if os.path.exists(path):
+    """Write the catalog where `keep_catalog_in` finds it (whole or not at all), unless a
+    whole one is there already (a damaged one is written again)."""
+    if _stored_catalog(path) is not None:
         return
-    rows = [[entry.code, entry.name, list(entry.tokens), list(entry.anchor_tokens)] for entry in rule_catalog()]
+    modules = {
+        module: [[entry.code, entry.name, list(entry.tokens), list(entry.anchor_tokens)] for entry in entries]
+        for module, entries in _catalog_by_module().items()
+    }
     temp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(temp, "w", encoding="utf-8") as handle:
-            json.dump(rows, handle)
+            json.dump({"modules": modules}, handle)
         os.replace(temp, path)
     except OSError:
         try:

@@ -85,6 +85,8 @@ class Rule:
     severity: ClassVar[Severity]
     summary: ClassVar[str]  # one line for `dplint rules`
     fix_applicability: ClassVar[Applicability | None] = None  # the best fix the rule can offer
+    # how `dplint rules` names the fix's safety where it depends on the code ("safe when ...")
+    fix_safety: ClassVar[str | None] = None
     # What the source of every file this rule can flag contains, for the pre-filter (which
     # never parses a file no enabled rule's tokens match). Each entry is a substring, or a
     # tuple of substrings that must all be present; the file must match at least one entry.

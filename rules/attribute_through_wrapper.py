@@ -20,7 +20,7 @@ from dplint.wrappers import (
     wrapper_paths,
     wrapping_model,
 )
-from dplint.wrappers import conditions_at, feasible
+from dplint.wrappers import conditions_at, feasible, wrapping_built_by, wrapping_has
 
 
 class AttributeThroughWrapper(Rule):
@@ -80,7 +80,9 @@ class AttributeThroughWrapper(Rule):
     ## Fix safety
     The fix inserts `.module` (`model.module.extract_features`); it is safe when the name
     holds a wrapper on every path, because the code it changes raises today. Where the name
-    is a wrapper only on some paths, no fix is offered: `.module` would break the bare path.
+    is a wrapper only on some paths (`if torch.cuda.device_count() > 1:`), `.module` would break
+    the bare path: the fix reads `getattr(model, "module", model).extract_features`, right on
+    both, and is unsafe, since a bare model with a `module` attribute of its own would change.
     """
 
     code = "DPL015"
@@ -88,6 +90,7 @@ class AttributeThroughWrapper(Rule):
     severity = Severity.ERROR
     summary = "an attribute of the model read through a DataParallel/DDP wrapper raises AttributeError"
     fix_applicability = Applicability.SAFE
+    fix_safety = "safe when wrapped on every path, else unsafe"
     tokens = ("DataParallel",)  # DistributedDataParallel contains it too
 
     VALID = (
@@ -130,6 +133,14 @@ class AttributeThroughWrapper(Rule):
             "if torch.cuda.device_count() > 1:\n"
             "    model = nn.DataParallel(model)\n"
             "print(model.num_classes)\n",
+            expected=(  # right on both paths: `model.module` would raise on one GPU
+                "import torch\n"
+                "import torch.nn as nn\n"
+                "model = Net()\n"
+                "if torch.cuda.device_count() > 1:\n"
+                "    model = nn.DataParallel(model)\n"
+                'print(getattr(model, "module", model).num_classes)\n'
+            ),
         ),
     )
 
@@ -150,7 +161,7 @@ class AttributeThroughWrapper(Rule):
             if key is None or (key, attribute) in stored or only_inherited and not _inherited_attribute(model, key, node):
                 continue
             wrappings, wrapped, bare = wrapper_paths(model, base, node)
-            wrappings = [w for w in wrappings if not wrapper_has(w.kind, attribute) and not wraps_optimizer(model, w)]
+            wrappings = [w for w in wrappings if not wrapping_has(model, w, attribute) and not wraps_optimizer(model, w)]
             if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
                 continue
             wrappings = [w for w in wrappings if not _set_on_wrapper(model, w, attribute, stores)]
@@ -172,19 +183,37 @@ class AttributeThroughWrapper(Rule):
             line = model.position(wrappings[0].call)[0].line if wrappings[0].scope is not None and owns(model, wrappings[0].call) else None
             where = "" if bare == 0 else f" on the path where it is wrapped{f' (line {line})' if line else ''}"
             target = model.code(base)
+            if bare:
+                # wrapped only on some paths: `target.module` would raise on the others
+                inner = f'getattr({target}, "module", {target})'
+                advice = f"read it from the wrapped model where there is one, `{inner}.{attribute}`"
+                fix = Fix(
+                    Applicability.UNSAFE,
+                    f"Read `{attribute}` from `{inner}`",
+                    (Edit(node, node.with_changes(value=cst.parse_expression(inner))),),
+                ) if _names_only(base) else None  # a call would run twice
+            else:
+                advice = f"read it from the wrapped model, `{target}.module.{attribute}`"
+                fix = Fix(
+                    Applicability.SAFE,
+                    f"Read `{attribute}` from `{target}.module`",
+                    (Edit(node, node.with_changes(value=cst.Attribute(base, cst.Name("module")))),),
+                )
             yield Violation(
                 node=node,
                 message=(
                     f"`{target}.{attribute}` reads `{attribute}` through the {kind} wrapper{where}: torch raises "
-                    f"`AttributeError: '{kind}' object has no attribute '{attribute}'`; "
-                    f"read it from the wrapped model, `{target}.module.{attribute}`"
+                    f"`AttributeError: '{kind}' object has no attribute '{attribute}'`; {advice}"
                 ),
-                fix=None if bare else Fix(
-                    Applicability.SAFE,
-                    f"Read `{attribute}` from `{target}.module`",
-                    (Edit(node, node.with_changes(value=cst.Attribute(base, cst.Name("module")))),),
-                ),
+                fix=fix,
             )
+
+
+def _names_only(expr: cst.BaseExpression) -> bool:
+    """`model`, `self.model`: an expression that may be read twice without running anything new."""
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return isinstance(expr, cst.Name)
 
 
 def wraps_optimizer(model: SemanticModel, wrapping) -> bool:
@@ -235,7 +264,7 @@ def bare_only_where_unwrapped(model: SemanticModel, base: cst.BaseExpression, at
     for value in model.flow.values_at(base, at):
         if not feasible((*value.conditions, *here)):
             continue
-        if value.known and any(w.call is value.expr for w in value.model.wrappings):
+        if value.known and wrapping_built_by(value.model, value.expr) is not None:
             continue
         if not (value.known and value.model is model and isinstance(value.expr, cst.Attribute)
                 and value.expr.attr.value == "module"):

@@ -116,6 +116,7 @@ class LateCudaVisibleDevices(Rule):
     severity = Severity.ERROR
     summary = "CUDA_VISIBLE_DEVICES set after CUDA was initialised: the value is ignored"
     fix_applicability = Applicability.SAFE
+    fix_safety = "safe when movable"
     tokens = ("CUDA_VISIBLE_DEVICES",)
 
     VALID = (

@@ -162,6 +162,7 @@ class MissingSetEpoch(Rule):
     severity = Severity.ERROR
     summary = "shuffling DistributedSampler without set_epoch(): every epoch repeats one order"
     fix_applicability = Applicability.SAFE
+    fix_safety = "safe when unambiguous"
     tokens = ("DistributedSampler", ("Sampler", "DataLoader"), ("Sampler", "set_epoch"))  # a project sampler: built for a loader, or defined here
 
     VALID = (

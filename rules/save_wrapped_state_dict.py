@@ -139,6 +139,7 @@ class SaveWrappedStateDict(Rule):
     severity = Severity.WARNING
     summary = "`torch.save(wrapper.state_dict())`: the checkpoint's keys carry `module.`"
     fix_applicability = Applicability.SAFE
+    fix_safety = "safe when the load is fixed too, else unsafe"
     # every flagged save is of a DataParallel or DistributedDataParallel's state_dict()
     tokens = (("DataParallel", "state_dict"),)
 
