@@ -30,6 +30,7 @@ from typing import Optional
 import libcst as cst
 
 from dplint.flow import class_method, consistent
+from dplint.wrapper_classes import wrapping_built_by
 from dplint.project import may_call_function_matching
 from dplint.semantic import (
     Binding,
@@ -241,7 +242,7 @@ def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression], at: c
         return None  # bare (or unknown) on every path that reaches `at`
     wrapping = textual[0] if textual is not None and any(w is textual[0] for w in wrappers) else wrappers[0]
     bindings = textual[1] if textual is not None else ()
-    on_every = all(w is not None for w, _ in live) and not (textual is not None and is_conditional(model, bindings, at) and len(live) > 1)
+    on_every = all(w is not None for w, _ in live)  # the flow's paths: a branch that raises is none
     return HeldWrapper(wrapping, bindings, on_every)
 
 
@@ -321,7 +322,7 @@ def _wrappings_at(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNod
     for value in values:
         wrapping = None
         if value.known:
-            wrapping = next((w for w in value.model.wrappings if w.call is value.expr), None) or _subclass_wrapping(value.model, value.expr)
+            wrapping = wrapping_built_by(value.model, value.expr)  # the one recogniser of wrappers
             converted = _converted_module(value.expr)
             if wrapping is None and converted is not None and depth > 0:
                 inner = [w for w, _ in _wrappings_at(value.model, converted, value.expr, depth - 1)]
@@ -460,30 +461,6 @@ def _averaged_wrapping(model: SemanticModel, expr: cst.BaseExpression, path) -> 
             _CONTAINED[averaged] = ("averaged", "", all(w is not None for w, _ in live))
             return averaged
     return None
-
-
-_SUBCLASS_WRAPPINGS: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
-
-
-def _subclass_wrapping(model: SemanticModel, expr: cst.BaseExpression) -> Optional[Wrapping]:
-    """`DataParallelWithCallback(mod)`: an instance of a project class whose base is
-    `DataParallel` / `DistributedDataParallel` is that wrapper (it keeps the model as `.module`)."""
-    if not isinstance(expr, cst.Call):
-        return None
-    table = _SUBCLASS_WRAPPINGS.setdefault(model, {})
-    if expr not in table:
-        table[expr] = None
-        try:
-            callee = model.flow.callee(expr)
-        except Exception:
-            callee = None
-        if callee is not None and isinstance(callee.node, cst.ClassDef):
-            bases = [callee.model.code(base.value).rsplit(".", 1)[-1] for base in callee.node.bases]
-            kind = "DDP" if "DistributedDataParallel" in bases else "DP" if "DataParallel" in bases else None
-            if kind is not None:
-                inner = peel_self_returning(argument(expr, 0, "module"))
-                table[expr] = Wrapping(kind, expr, inner, None, None, None, model.scope(expr), model.order(expr))
-    return table[expr]
 
 
 def _converted_module(expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:

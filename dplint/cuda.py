@@ -46,6 +46,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, keyword_arg, literal_value
+from dplint.wrapper_classes import wrapping_built_by
 
 INITIALISING_CALLS = {
     "torch.cuda.is_available",
@@ -127,8 +128,10 @@ def is_cuda_device(model: SemanticModel, expr: Optional[cst.BaseExpression], at:
 def cuda_event(model: SemanticModel, call: cst.Call) -> Optional[CudaEvent]:
     """The CUDA event a call is, or None."""
     name = model.qualified_name(call.func)
-    if name in INITIALISING_CALLS:
-        shown = "nn.DataParallel(...)` (its constructor calls `torch.cuda.is_available()`)" if name == DATA_PARALLEL else f"{name}()`"
+    built = wrapping_built_by(model, call) if name not in INITIALISING_CALLS else None
+    if name in INITIALISING_CALLS or (built is not None and built.kind == "DP"):
+        # a DataParallel of any class derived from torch's (mmcv's, the project's) runs its constructor
+        shown = "nn.DataParallel(...)` (its constructor calls `torch.cuda.is_available()`)" if name == DATA_PARALLEL or built else f"{name}()`"
         return CudaEvent(INIT, call, "`" + shown)
     if name in MAY_INITIALISE_CALLS:
         return CudaEvent(MAY_INIT, call, f"`{name}()`", NVML_NOTE)

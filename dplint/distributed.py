@@ -47,6 +47,7 @@ from dplint.semantic import (
     names_a_definition,
     peel_self_returning,
 )
+from dplint.wrapper_classes import constructions
 
 INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
 # Calls that make the process one rank of several (launched by torchrun, mp.spawn, a
@@ -113,7 +114,7 @@ def is_multi_process(model: SemanticModel) -> bool:
     starts = [site.node for site in model.calls if starts_process_group(model, site.node)]
     if starts and all(is_group_of_one(call) for call in starts):
         return _reads_launcher_rank(model)  # one process over every GPU: a DDP here is no sign
-    if starts or any(wrapping.kind == "DDP" for wrapping in model.wrappings):
+    if starts or any(wrapping.kind == "DDP" for wrapping in constructions(model)):
         return True
     return _reads_launcher_rank(model)
 
@@ -219,9 +220,9 @@ def mentions_rank(model: SemanticModel, expr: Optional[cst.CSTNode], depth: int 
             return True
         if isinstance(node, cst.Attribute) and is_rank_word(node.attr.value):
             return True
-        if isinstance(node, (cst.SimpleString, cst.FormattedStringText)) and is_rank_word(node.value.strip("'\"")):
-            return True
-        if isinstance(node, cst.Comparison) and _device_index_is_zero(node):
+        if isinstance(node, cst.SimpleString) and _is_key_read(model, node) and is_rank_word(node.value.strip("'\"")):
+            return True  # `os.environ["LOCAL_RANK"]`, `cfg.get("rank")`: a value read under a rank's name
+        if isinstance(node, cst.Comparison) and _device_index_is_zero(model, node, depth):
             return True
         if depth > 0 and isinstance(node, cst.Name) and _is_operand(model, node):
             # `is_master = rank == 0` ... `if is_master:`, on any of its assignments
@@ -435,11 +436,56 @@ def _is_operand(model: SemanticModel, name: cst.BaseExpression) -> bool:
     )
 
 
-def _device_index_is_zero(comparison: cst.Comparison) -> bool:
+def _is_key_read(model: SemanticModel, string: cst.SimpleString) -> bool:
+    """Whether a string literal is the key a value is read under: `os.environ["RANK"]`,
+    `cfg["local_rank"]`, `os.getenv("RANK")`, `opts.get("rank")`, `getattr(args, "rank")`.
+    Any other string is a constant, the same on every rank whatever its letters say: a file
+    name `"every_rank.pt"` or a message is no rank."""
+    parent = model.parent(string)
+    if isinstance(parent, cst.Index):
+        element = model.parent(parent)
+        return isinstance(element, cst.SubscriptElement)
+    if not isinstance(parent, cst.Arg):
+        return False
+    call = model.parent(parent)
+    if not isinstance(call, cst.Call):
+        return False
+    callee = _callee_word(call)
+    if callee in ("getenv", "get", "pop"):
+        return call.args[0] is parent
+    return callee in ("getattr", "hasattr") and len(call.args) > 1 and call.args[1] is parent
+
+
+# One device's index (`gpu`, `args.gpu`, `gpu_id`, `local_gpu`, `device_id`): under mp.spawn,
+# the index of this process's GPU, unlike a number of GPUs (`gpus`, `n_gpu`, `num_gpus`).
+ONE_DEVICE_INDEX = re.compile(r"(local_?)?(gpu|device)_?(id|idx|index)?", re.IGNORECASE)
+
+
+def _device_index_is_zero(model: SemanticModel, comparison: cst.Comparison, depth: int = 2) -> bool:
+    """`args.gpu == 0`, `gpu_id != 0`: this process's device index compared with 0, true on
+    the first process of each machine only. The compared value is this process's device when
+    what the file assigns it comes from a rank (`self.gpu_id = int(os.environ["LOCAL_RANK"])`,
+    `args.gpu = gpu` with `gpu` the index mp.spawn passes) or, with nothing assigned in the
+    file, when it is spelled as one device's index. A count of devices (`cfg.dist.gpus != 0`,
+    `gpu_total = torch.cuda.device_count()`) is the same on every rank: it guards nothing."""
     sides = [comparison.left, *(target.comparator for target in comparison.comparisons)]
-    names = [side for side in sides if isinstance(side, (cst.Name, cst.Attribute))]
-    zero = any(isinstance(side, cst.Integer) and side.value == "0" for side in sides)
-    return zero and any(DEVICE_INDEX_WORDS.search(_last_identifier(name)) for name in names)
+    if not any(isinstance(side, cst.Integer) and side.value == "0" for side in sides):
+        return False
+    return any(_holds_device_index(model, side, depth) for side in sides if isinstance(side, (cst.Name, cst.Attribute)))
+
+
+def _holds_device_index(model: SemanticModel, expr: cst.BaseExpression, depth: int) -> bool:
+    """A device-named value that is this process's device (see `_device_index_is_zero`)."""
+    if not DEVICE_INDEX_WORDS.search(_last_identifier(expr)):
+        return False
+    values = _assigned_values(model, expr) if isinstance(expr, cst.Name) else attribute_values(model, expr)
+    if values and depth > 0:
+        return any(mentions_rank(model, value, depth - 1, followed=True)
+                   or (isinstance(value, (cst.Name, cst.Attribute)) and _holds_device_index(model, value, depth - 1))
+                   or (isinstance(value, cst.Call) and value.args and isinstance(value.args[0].value, (cst.Name, cst.Attribute))
+                       and _callee_word(value) == "int" and _holds_device_index(model, value.args[0].value, depth - 1))
+                   for value in values)
+    return not values and ONE_DEVICE_INDEX.fullmatch(_last_identifier(expr)) is not None
 
 
 def _last_identifier(expr: cst.BaseExpression) -> str:
@@ -730,7 +776,7 @@ def multi_process_switches(model: SemanticModel) -> set[tuple[str, bool]]:
     some sign needs none of them."""
     signs = [site.node for site in model.calls
              if site.qualified_name in MULTI_PROCESS_CLASSES or starts_process_group(model, site.node)]
-    signs += [wrapping.call for wrapping in model.wrappings if wrapping.kind == "DDP"]
+    signs += [wrapping.call for wrapping in constructions(model) if wrapping.kind == "DDP"]
     if not signs:
         return set()
     signs += launcher_rank_reads(model)

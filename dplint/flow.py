@@ -26,8 +26,9 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   when unknown (a parameter with several callers, an unresolvable call...). ``value.known``.
 * ``model.flow.reaching(key, at) -> list[(Binding, Path)]`` - every binding of "x" /
   "self.x" that can reach ``at``, each with the conditions it is live under. Branches
-  whose test is statically known are closed; code after ``return``/``raise`` is not
-  reached; ``self.x`` read in a method sees the bindings of the other methods (constructor
+  whose test is statically known are closed; code after ``return``/``raise`` (and
+  ``assert False``, ``sys.exit()``, ``exit()``, ``os._exit()``: ``ends_path``) is not
+  reached, so a branch that ends so is no path; ``self.x`` read in a method sees the bindings of the other methods (constructor
   first) unless the method rebinds it first, and what a project base class's methods left in
   it (same file or imported, up to three levels: ``self.net = DDP(net)`` in
   ``BaseTrainer.__init__``, read in ``class Trainer(BaseTrainer)``): taken up where the
@@ -55,7 +56,8 @@ API (rule-facing; ``at`` is the node where the question is asked, default the ex
   path: a test named on the path, literals, ``not``, ``x is (not) None``, names whose
   every value on the path agrees. None when unknown.
 * ``model.flow.wrappings_at(expr, at) -> list[(Optional[Wrapping], Path)]`` - per reaching
-  value, the wrapping it is (None: not a wrapper, or unknown).
+  value, the wrapping it is (None: not a wrapper, or unknown), as ``dplint.wrapper_classes``
+  recognises wrappers (torch's, apex's, mmcv's, project subclasses of them).
   ``wrapped_on_some_path(expr, at) -> Optional[Wrapping]`` and
   ``wrapped_on_every_path(expr, at) -> bool`` read it.
 * ``model.flow.callee(call, local=False) -> Optional[Callee]`` - the same-file (or, unless
@@ -99,6 +101,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import libcst as cst
+
+from dplint.wrapper_classes import wrapping_built_by
 
 if TYPE_CHECKING:  # pragma: no cover
     from dplint.semantic import Binding, SemanticModel, Scope, Wrapping
@@ -190,13 +194,38 @@ def self_consistent(path: Sequence[Condition]) -> bool:
     return True
 
 
-def _ends_in_exit(body: cst.BaseSuite) -> bool:
-    """Whether a block's last statement is a `return` or a `raise`."""
+def _ends_in_exit(body: cst.BaseSuite, model: "SemanticModel") -> bool:
+    """Whether a block's last statement is a `return`, or one that ends the path (`ends_path`)."""
     last = body.body[-1] if isinstance(body, cst.IndentedBlock) and body.body else None
     if isinstance(body, cst.SimpleStatementSuite):
         last = body
     if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and last.body:
-        return isinstance(last.body[-1], (cst.Return, cst.Raise))
+        return type(last.body[-1]) is cst.Return or ends_path(model, last.body[-1])
+    return False
+
+
+# Calls that end the process, so that nothing after them runs on that path: `sys.exit()`
+# (SystemExit), `os._exit()`, `os.abort()`; and the builtins `exit()` / `quit()` (`ends_path`).
+PROCESS_EXITS = frozenset({"sys.exit", "os._exit", "os.abort"})
+
+
+def ends_path(model: "SemanticModel", small: cst.CSTNode) -> bool:
+    """A small statement after which its path does not go on: `raise`, `assert False` (or
+    `assert 0`), or a call that ends the process (`PROCESS_EXITS`, `exit()`, `quit()`). A
+    branch that ends so is not a way the program continues: `if mode == "dp": net = DP(net)`
+    / `else: raise NotImplementedError` leaves `net` wrapped on every path that goes on.
+    (`return` ends the function, not the path of its caller: the walks treat it apart.)"""
+    kind = type(small)
+    if kind is cst.Raise:
+        return True
+    if kind is cst.Assert:
+        return _static(model, small.test) is False
+    if kind is cst.Expr and type(small.value) is cst.Call:
+        func = small.value.func
+        if (model.qualified_name(func) or "") in PROCESS_EXITS:  # `sys.exit`, `from os import _exit`
+            return True
+        if type(func) is cst.Name and func.value in ("exit", "quit"):
+            return not model.bindings.get(func.value)  # the builtin, not a name the file binds
     return False
 
 
@@ -825,7 +854,7 @@ class Flow:
             for small in statement.body if len(statement.body) > 1 else ():
                 self._records_now[small] = state
                 state = self._bind_here(small, state, ctx)
-            if any(type(small) is cst.Return or type(small) is cst.Raise for small in statement.body):
+            if any(type(small) is cst.Return or ends_path(model, small) for small in statement.body):
                 return None
             return state
         if kind is cst.If:
@@ -1821,7 +1850,7 @@ class Flow:
                 for earlier in ancestor.body:
                     if earlier is child:
                         break
-                    if isinstance(earlier, cst.If) and earlier.orelse is None and _ends_in_exit(earlier.body) \
+                    if isinstance(earlier, cst.If) and earlier.orelse is None and _ends_in_exit(earlier.body, self.model) \
                             and _static(self.model, earlier.test) is None:
                         found.append(self.condition(earlier.test).negated())
             child = ancestor
@@ -1999,9 +2028,9 @@ class Flow:
     def wrappings_at(self, expr, at=None) -> list[tuple[Optional["Wrapping"], Path]]:
         found = []
         for value in self.values_at(expr, at):
-            wrapping = None
-            if value.known:
-                wrapping = next((w for w in value.model.wrappings if w.call is value.expr), None)
+            # What a wrapper is has one answer (`dplint.wrapper_classes`): torch's, a package's,
+            # a project subclass of one, in this file or another.
+            wrapping = wrapping_built_by(value.model, value.expr) if value.known else None
             found.append((wrapping, value.conditions))
         return found
 

@@ -21,7 +21,8 @@ return their argument (`on_gpu(nn.DataParallel(net))`). DeepSpeed engines and
 Accelerate-prepared models are not torch wrappers: nothing is said about them.
 
 Kept here until `dplint/flow.py` has them (see `reaching_bindings`, `callee_of`,
-`call_sites`): wrappers beyond torch's two in `Flow.wrappings_at`; a parameter judged over
+`call_sites`): wrappers a same-file helper returns (`Flow.wrappings_at` recognises torch's, the
+packages' and project subclasses through `dplint.wrapper_classes`); a parameter judged over
 *every* caller, not only a single call site; a cheap `reaching` (it walks a function once
 per name and renders each `if` test); `callee` for a top-level function defined after its
 caller.
@@ -38,10 +39,10 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.flow import Callee
+from dplint.wrapper_classes import wrapper_kind as shared_wrapper_kind
 from dplint.project import may_call_function_matching
 from dplint.semantic import (
     SELF_RETURNING_METHODS,
-    WRAPPER_KINDS,
     Binding,
     CallSite,
     SemanticModel,
@@ -776,24 +777,9 @@ _MAX_DEPTH = 8
 
 
 def wrapper_kind(model: SemanticModel, func: cst.BaseExpression, depth: int = 6) -> Optional[str]:
-    """"DP" / "DDP" when calling `func` builds a torch wrapper: `nn.DataParallel`,
-    `DistributedDataParallel`, or a class of the project that subclasses one
-    (`class MyDDP(DDP)` in this file, or imported from a project file)."""
-    name = model.qualified_name(func)
-    if name in WRAPPER_KINDS:
-        return WRAPPER_KINDS[name]
-    if not isinstance(func, cst.Name) or depth <= 0 or not may_name_a_wrapper(model, func):
-        return None
-    found = _project_class(model, func.value)
-    if found is None:
-        return None
-    class_model, class_def = found
-    for base in class_def.bases:
-        if base.keyword is None:
-            kind = wrapper_kind(class_model, base.value, depth - 1)
-            if kind is not None:
-                return kind
-    return None
+    """"DP" / "DDP" when calling `func` builds a wrapper: the one recogniser every rule asks
+    (`dplint.wrapper_classes.wrapper_kind`: torch's, a package's, a project subclass)."""
+    return shared_wrapper_kind(model, func, depth)
 
 
 # What the source of a class or function that is or returns a wrapper names somewhere.
@@ -827,19 +813,6 @@ def may_name_a_wrapper(model: SemanticModel, func: cst.BaseExpression) -> bool:
 
 
 _MENTIONS: "weakref.WeakKeyDictionary[object, dict[tuple[str, str], bool]]" = weakref.WeakKeyDictionary()
-
-
-def _project_class(model: SemanticModel, name: str) -> Optional[tuple[SemanticModel, cst.ClassDef]]:
-    """The class a name denotes: defined once in this file, or imported from a project file."""
-    bindings = model.bindings.get(name, ())
-    class_def = model.classes.get(name)
-    if class_def is not None and bindings and all(b.node is class_def for b in bindings):
-        return model, class_def
-    if len(bindings) == 1 and isinstance(bindings[0].node, cst.ImportFrom):
-        resolved = model.flow.resolve_import(name)
-        if resolved is not None and isinstance(resolved[1], cst.ClassDef):
-            return resolved[0], resolved[1]
-    return None
 
 
 def wrappings(model: SemanticModel) -> list[Wrapping]:

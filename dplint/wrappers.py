@@ -20,6 +20,18 @@ import libcst as cst
 
 from dplint.flow import catches_attribute_error, self_consistent
 from dplint.semantic import SCOPE_NODES, SemanticModel, Wrapping, dotted_name, literal_value, own_returns
+# What a wrapper is: one recogniser for the flow model and every rule (see that module).
+from dplint.wrapper_classes import (  # noqa: F401  (re-exported: rules ask `dplint.wrappers`)
+    LIBRARY_WRAPPER_ATTRIBUTES,
+    WRAPPER_CLASSES,
+    built_here,
+    class_wrapper,
+    constructions,
+    owner_of,
+    wrapper_class,
+    wrapper_kind,
+    wrapping_built_by,
+)
 
 # Public attributes of `nn.Module()` in torch 2.13.
 MODULE_ATTRIBUTES = frozenset({
@@ -59,6 +71,54 @@ def wrapper_has(kind: str, attribute: str) -> bool:
     """Whether a wrapper of this kind ("DP" / "DDP") has the attribute without the user's help."""
     own = DATA_PARALLEL_ATTRIBUTES if kind == "DP" else DDP_ATTRIBUTES
     return attribute.startswith("_") or attribute in MODULE_ATTRIBUTES or attribute in own
+
+
+def wrapping_has(model: SemanticModel, wrapping: Wrapping, attribute: str) -> bool:
+    """Whether the wrapper object `wrapping` builds has `attribute` without the user's help:
+    torch's kind has it (`wrapper_has`), the package wrapper it is adds it (mmcv's
+    `train_step`), or a project class it is an instance of (or a project base of that class)
+    defines it, sets `self.<attribute>` in a method, or answers unknown names itself
+    (`__getattr__` forwarding to `self.module`)."""
+    if wrapper_has(wrapping.kind, attribute):
+        return True
+    owner = wrapping_model(model, wrapping)
+    if owner is None:
+        return False
+    found = wrapper_class(owner, wrapping.call.func) if built_here(owner, wrapping) else None
+    if found is None:
+        return False
+    if attribute in LIBRARY_WRAPPER_ATTRIBUTES.get(found[1], ()):
+        return True
+    if found[2] is None:
+        return False
+    class_model, class_node = found[2]
+    for node_model, node in [(class_model, class_node), *class_model.flow.project_bases(class_node, depth=6)]:
+        if _class_defines(node_model, node, attribute):
+            return True
+    return False
+
+
+def _class_defines(model: SemanticModel, class_node: cst.ClassDef, attribute: str) -> bool:
+    """A class body that defines `attribute` (a method, a class attribute), sets
+    `self.<attribute>` in a method, or defines `__getattr__`."""
+    statements = class_node.body.body if isinstance(class_node.body, cst.IndentedBlock) else ()
+    for statement in statements:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value in (attribute, "__getattr__"):
+            return True
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, (cst.Assign, cst.AnnAssign)) and attribute in _target_names(small) for small in statement.body
+        ):
+            return True
+    stack = [class_node.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and node.attr.value == attribute and isinstance(node.value, cst.Name) \
+                and node.value.value == "self" and is_store(model, node):
+            return True
+        if isinstance(node, cst.ClassDef) and node is not class_node:
+            continue
+        stack.extend(model.children(node))
+    return False
 
 
 def feasible(path: Iterable) -> bool:
@@ -142,26 +202,36 @@ def known_bare_paths(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
             continue
         for value in owner.flow.values_at(wrapping.inner, wrapping.call):
             if value.known:
-                inner_exprs.add(id(value.expr))
+                inner_exprs.add(_place(value.model, value.expr))
             if value.binding is not None:
-                inner_bindings.add(id(value.binding))
+                inner_bindings.add(_place(value.model, value.binding.node, value.binding.key))
     count = 0
     checks = _checks_here(model, expr, at)
     for value in model.flow.values_at(expr, at):
         if not feasible((*value.conditions, *conditions_at(model, at))) or _excluded_by_a_check((*value.conditions, *checks), False):
             continue
-        if value.known and any(w.call is value.expr for w in value.model.wrappings):
+        if value.known and wrapping_built_by(value.model, value.expr) is not None:
             continue
-        if not value.known and value.binding is not None and value.binding.value is not None and any(
-                w.call is value.binding.value for w in value.model.wrappings):
+        if not value.known and value.binding is not None and value.binding.value is not None \
+                and wrapping_built_by(value.model, value.binding.value) is not None:
             continue  # a wrapper's own binding whose value the question ran out of steps for: not bare
         if value.known and isinstance(value.expr, cst.Call) and _library_object_of(value.model, value.expr):
             continue  # `GraphParallel(net)` of an installed package: may keep the model at `.module`
-        if id(value.expr) in inner_exprs or (value.binding is not None and id(value.binding) in inner_bindings):
+        if (value.known and _place(value.model, value.expr) in inner_exprs) or (
+                value.binding is not None and _place(value.model, value.binding.node, value.binding.key) in inner_bindings):
             count += 1
         elif value.known and isinstance(value.expr, cst.Call) and _builds_project_class(value.model, value.expr):
             count += 1
     return count
+
+
+def _place(model: SemanticModel, node: cst.CSTNode, key: str = "") -> tuple:
+    """Where a node is: its file and its index in the file's tree, the same in two parses of
+    one text (a project may hold an older parse of the file a value was followed into)."""
+    try:
+        return model.path, model.order(node), key
+    except KeyError:
+        return model.path, id(node), key
 
 
 def _library_object_of(model: SemanticModel, call: cst.Call) -> bool:
@@ -193,10 +263,14 @@ def _builds_project_class(model: SemanticModel, call: cst.Call) -> bool:
 
 
 def class_has_module(model: SemanticModel, class_node: cst.ClassDef) -> bool:
-    """Whether objects of a project class have `.module` (or may, by forwarding): the class or
-    one of its project bases subclasses a torch wrapper (`...DataParallel`), assigns
+    """Whether objects of a project class have `.module` (or may, by forwarding): the class
+    derives from a wrapper class (`class_wrapper`, at any depth), or it or one of its project
+    bases names a base ending in `DataParallel` (a package's class this cannot read may keep
+    the model at `.module` too: "may" errs toward silence), assigns
     `self.module = ...` in a method (`class WrappedModel(nn.Module)` keeping the model there),
     defines `module` in its body, or answers unknown attributes itself (`__getattr__`)."""
+    if class_wrapper(model, class_node) is not None:
+        return True
     classes = [(model, class_node), *model.flow.project_bases(class_node)]
     for owner, node in classes:
         if any((dotted_name(base.value) or "").endswith("DataParallel") for base in node.bases):
@@ -234,8 +308,11 @@ def _target_names(statement) -> set[str]:
 
 def wrapping_model(model: SemanticModel, wrapping: Wrapping) -> Optional[SemanticModel]:
     """The model (this file's or an imported one's) whose tree holds the wrapping's call."""
-    if wrapping in model.wrappings:
+    if built_here(model, wrapping):
         return model
+    owner = owner_of(wrapping)
+    if owner is not None:
+        return owner
     project = getattr(model, "project", None)
     return project.model_owning(wrapping.call) if project is not None else None
 
@@ -436,6 +513,22 @@ def wrapped_on_some_machines(model: SemanticModel, wrapping: Wrapping, at: cst.C
     return not (words & here)
 
 
+def made_by_a_wrapping_factory(model: SemanticModel, wrapping: Wrapping) -> bool:
+    """A wrapping made in another file by a function that returns a wrapper on every path
+    (`def parallelize(net, rank): return DDP(net.to(rank), device_ids=[rank])`): the factory
+    decides nothing, so where the value is bare, it is this file's own path that did not
+    call it (`if args.distributed: model = parallelize(model, rank)`)."""
+    owner = wrapping_model(model, wrapping)
+    if owner is None or owner is model:
+        return False
+    function = next((a for a in owner.ancestors(wrapping.call) if type(a) in SCOPE_NODES), None)
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    returns = [r for r in own_returns(function) if r.value is not None]
+    return bool(returns) and len(returns) == len(own_returns(function)) and all(
+        owner.flow.wrapped_on_every_path(r.value, r) for r in returns)
+
+
 def _hardware_words_of(model: SemanticModel, test: str) -> set[str]:
     """`hardware_words` of a test, and of what its names are bound to in the file
     (`gpu_num = torch.cuda.device_count()` ... `if gpu_num > 1:` names `device_count`)."""
@@ -459,7 +552,7 @@ def tied_to_a_wrapper_having(model: SemanticModel, expr: cst.BaseExpression, at:
         if wrapping is None:
             continue
         keys = {(c.test, c.scope, c.holds) for c in path}
-        (having if wrapper_has(wrapping.kind, attribute) else lacking).append(keys)
+        (having if wrapping_has(model, wrapping, attribute) else lacking).append(keys)
     if not having or not lacking:
         return False
     return bool(set.intersection(*having) & here - set.union(*lacking))

@@ -21,6 +21,7 @@ from dplint.distributed import (
 from dplint.rule import Example, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
 from dplint.training import backprops, is_loss_call, loss_inputs, peel_backward_root
+from dplint.wrappers import constructions
 
 # torch.distributed's collectives (torch 2.13): every rank of the group must call them.
 COLLECTIVES = frozenset(
@@ -48,7 +49,9 @@ class CollectiveUnderRankGuard(Rule):
     Flags a `torch.distributed` collective (`barrier`, `all_reduce`, `all_gather`,
     `broadcast`, `reduce`, `gather`, `scatter`, the `*_object` forms, ...) that only some
     ranks reach: inside `if rank == 0:` (or any rank guard: `is_main_process()`,
-    `args.local_rank in (-1, 0)`, a guard held in a variable or attribute), after an early
+    `args.local_rank in (-1, 0)`, `args.gpu == 0` with `args.gpu` the index mp.spawn passes,
+    a guard held in a variable or attribute; a guard means what it tests, so a configured
+    count such as `if cfg.dist.gpus != 0:` is the same on every rank and guards nothing), after an early
     `return` on the other ranks, in a `@rank_zero_only` function, or in a function of the file
     that one of its calls, up to four calls away, only reaches under such a guard
     (`if rank == 0: write_index()` -> `list_shards()` -> `snapshot_folder()` -> `barrier()`).
@@ -225,7 +228,7 @@ class CollectiveUnderRankGuard(Rule):
     def _guarded_ddp_backwards(model: SemanticModel) -> Iterator[Violation]:
         """A backward of a DistributedDataParallel forward that only some ranks run: DDP's
         backward all-reduces the gradients, a collective of every rank."""
-        if not any(w.kind == "DDP" for w in model.wrappings):
+        if not any(w.kind == "DDP" for w in constructions(model)):
             return
         for backprop in backprops(model):
             node = backprop.site.node

@@ -13,6 +13,7 @@ from dplint.distributed import enclosing_function, passed_for
 from dplint.fixes import ensure_import
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value, method_call, walk
+from dplint.wrappers import constructions
 
 PREFIX = "module."
 GUARD_PREFIXES = ("module", "module.")
@@ -301,7 +302,7 @@ def _wraps_submodule(model: SemanticModel) -> bool:
     """This file wraps a sub-module in place (`model.encoder = nn.DataParallel(model.encoder)`),
     so its checkpoints hold `module.` inside the keys (`encoder.module.conv.weight`), where only
     `replace` reaches it. `self.model = DDP(self.model)` wraps a whole model."""
-    for wrapping in model.wrappings:
+    for wrapping in constructions(model):
         assign = model.parent(wrapping.call)
         if not isinstance(assign, cst.Assign) or assign.value is not wrapping.call or wrapping.inner is None:
             continue

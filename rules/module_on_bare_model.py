@@ -15,6 +15,7 @@ from dplint.wrappers import (
     conditions_at,
     is_store,
     known_bare_paths,
+    made_by_a_wrapping_factory,
     narrowed_to_wrapper,
     wrapped_on_some_machines,
     wrapper_paths,
@@ -65,6 +66,12 @@ class ModuleOnBareModel(Rule):
     a test of the same hardware (names are read as what the file binds them to:
     `gpus = torch.cuda.device_count()` ... `if gpus > 1:` is a `device_count` test): a CPU or
     one-GPU machine takes the bare path whatever the calling script configures.
+
+    A wrapper is any object `dplint.wrappers.wrapper_kind` recognises, as every rule does:
+    torch's two, apex's and mmcv's / mmengine's wrappers, and project classes derived from
+    one (at any depth, in this file or another). A factory of another file that wraps on
+    every path it returns (`def parallelize(net): return DDP(net)`) decides nothing: the
+    calling file's own path that did not call it is the bare one.
 
     Silent when the wrapping happens in another file under any other test (a factory whose
     `if training:` the caller's configuration settles), under a test naming DeepSpeed
@@ -181,7 +188,8 @@ class ModuleOnBareModel(Rule):
                 continue
             if attribute_error_handled(model, node):
                 continue  # `try: m.module ... except AttributeError: <fallback>`
-            if not any(wrapping_model(model, w) is model or wrapped_on_some_machines(model, w, node) for w in wrappings):
+            if not any(wrapping_model(model, w) is model or wrapped_on_some_machines(model, w, node)
+                       or made_by_a_wrapping_factory(model, w) for w in wrappings):
                 continue  # wrapped in another file under its own configuration test: can't tell
             if any(c.holds and _DEEPSPEED.search(c.test) for c in conditions_at(model, node)):
                 continue  # under DeepSpeed the object is its engine, which has `.module` too

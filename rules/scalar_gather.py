@@ -10,8 +10,8 @@ from dplint.checkpoints import resolve
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.flow import class_method
 from dplint.semantic import SemanticModel, Wrapping, argument, children_of, keyword_arg, literal_value, method_call, own_returns, peel_self_returning
-from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops, construction_argument, held_wrapper, wrapper_kind
-from dplint.wrappers import indexed_values
+from dplint.training import AUTOGRAD_BACKWARD, FUNCTIONAL_LOSS_NAMES, backprops, construction_argument, held_wrapper
+from dplint.wrappers import indexed_values, wrapper_kind
 
 # What a loss's `reduction=` makes of it: a 0-d mean or sum ("none" keeps the batch dimension).
 REDUCTIONS = {"mean": "mean", "batchmean": "mean", "sum": "sum"}
@@ -489,18 +489,6 @@ def _unpacked_part(model: SemanticModel, binding) -> object:
     return SOME_PART
 
 
-# DataParallel subclasses of other libraries whose forward scatters and gathers as torch's
-# does: mmcv's `MMDataParallel` (only `scatter` and `train_step`/`val_step` differ) and PyG's
-# `DataParallel` (scatters lists of graphs, gathers with torch's `gather`). Not
-# PyTorch-Encoding's `DataParallelModel`: it returns the replicas' outputs ungathered.
-GATHERING_DATA_PARALLEL = {
-    "mmcv.parallel.MMDataParallel",
-    "mmcv.parallel.data_parallel.MMDataParallel",
-    "torch_geometric.nn.DataParallel",
-    "torch_geometric.nn.data_parallel.DataParallel",
-}
-
-
 def _verdict(model: SemanticModel, call: cst.Call, element: object) -> Optional[tuple[Optional[str], Optional[str]]]:
     """(class name, reduction) to report `call`, or None to stay silent. The class name is None
     when the module's forward does not show a 0-d loss and the call site alone is the evidence."""
@@ -533,11 +521,12 @@ def _data_parallel_constructions(model: SemanticModel, call: cst.Call) -> list[t
         if not value.known or not isinstance(built, cst.Call):
             continue
         cmodel = value.model
-        gathers = cmodel.qualified_name(built.func) in GATHERING_DATA_PARALLEL
-        if not gathers and wrapper_kind(cmodel, built.func) is not None:
+        # DataParallel and the classes derived from it (mmcv's `MMDataParallel`, PyG's, the
+        # project's) scatter and gather as torch's does, unless a project class overrides it.
+        kind = wrapper_kind(cmodel, built.func)
+        if kind is not None:
             wrappers += 1
-            gathers = wrapper_kind(cmodel, built.func) == "DP" and not _overrides_gather(cmodel, built)
-        if gathers:
+        if kind == "DP" and not _overrides_gather(cmodel, built):
             device_ids = cmodel.value_at(argument(built, 1, "device_ids"), built)
             if not (isinstance(device_ids, (cst.List, cst.Tuple)) and len(device_ids.elements) == 1):
                 found.append((cmodel, argument(built, 0, "module"), built))

@@ -66,9 +66,10 @@ class UnguardedRankSave(Rule):
     against the world size itself (`if rank >= world_size: return`, `size` passed
     `dist.get_world_size()`) excludes no rank and guards nothing. A machine's index
     (`node_rank == 0`, `args.nr == 0`) is not a guard: every process of that machine passes it.
-    A save to a path that mentions the rank (`f"ckpt_rank{rank}.pt"`, the process index
+    A save to a path built from a rank value (`f"ckpt_rank{rank}.pt"`, the process index
     `mp.spawn` passes its function first: `"final{}.pth".format(gpu)`, or a name bound to one:
-    `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`), to a name each process
+    `bank_file = os.path.join(out, "bank" + str(args.rank) + ".pth")`; a constant such as
+    `"every_rank.pt"` is the same path on every rank whatever its letters say), to a name each process
     draws for itself (`f"batch-{uuid.uuid4()}.pt"`, `os.getpid()`) or to an in-memory
     buffer is not flagged, nor a save in a function this file never calls (it can't tell who
     runs it), nor `utils.save_on_master(...)` (not a `torch.save`). A file whose every process

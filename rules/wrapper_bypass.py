@@ -34,8 +34,9 @@ class WrapperBypass(Rule):
       every backward of the function is on a path that excludes that binding
       (`else: core = ddp.module` ... `if phase == "train": loss.backward()`).
 
-    Wrappers are `torch.nn.DataParallel`, `DistributedDataParallel` and project classes that
-    subclass them (`class MyDDP(DistributedDataParallel)`). Silent on DeepSpeed engines,
+    Wrappers are `torch.nn.DataParallel`, `DistributedDataParallel`, apex's and mmcv's /
+    mmengine's wrappers, and project classes derived from one at any depth (`class
+    MyDDP(DistributedDataParallel)`; `dplint.wrappers.wrapper_kind`). Silent on DeepSpeed engines,
     Accelerate-prepared models, wrappers returned by helpers outside the project, and when
     callers of a function pass a wrapper in one place and something else in another.
 
