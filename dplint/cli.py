@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
-from typing import Optional
+import threading
+import time
+from typing import Callable, Optional
 
 import click
 
@@ -16,6 +19,7 @@ from dplint import __version__
 from dplint.reporters import REPORTERS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what shells (and ruff) report for a command stopped with Ctrl-C
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -59,14 +63,67 @@ def entry_point() -> None:
         except BaseException:
             raise done from None
         os._exit(status or 0)
+    except Exception as error:
+        # A dplint bug: a traceback would exit 1, which means "findings"; 2 is the tool failing.
+        _internal_error(error)
+
+
+def _internal_error(error: Exception) -> None:
+    """One line on stderr, and exit 2."""
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    try:
+        sys.stderr.write(f"dplint: internal error: {type(error).__name__}: {' '.join(str(error).split())}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_ERROR)
+
+
+def _interruptible(command: Callable[[], int]) -> int:
+    """`command()`, or EXIT_INTERRUPTED when Ctrl-C stops it, without click's `Aborted!` (exit 1).
+
+    Ctrl-C sends SIGINT to the whole process group: the pool's forked workers inherit the
+    handler and leave at once, quietly, so the pool neither prints their tracebacks nor waits
+    for the rest of the work. Where SIGINT is ignored (a background job), it stays ignored."""
+    installed = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if installed:
+        this_process = os.getpid()
+
+        def on_interrupt(signum, frame):
+            if os.getpid() != this_process:
+                os._exit(EXIT_INTERRUPTED)
+            # The pool's manager thread can fail while the broken pool shuts down (Python 3.11:
+            # InvalidStateError on a future that the interrupted `map` cancelled): the run is
+            # over, and no thread's traceback is news to the user.
+            threading.excepthook = lambda args: None
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        return command()
+    except KeyboardInterrupt:
+        _Progress.clear_line()
+        return EXIT_INTERRUPTED
+    finally:
+        if installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _common_options(function):
     options = [
-        click.argument("paths", nargs=-1, type=click.Path()),
+        # Not `readable`: an unreadable path is a DPL000 finding and the run goes on, as in a folder walk.
+        click.argument("paths", nargs=-1, type=click.Path(readable=False)),
         click.option("--select", multiple=True, help="Rules to enable (codes, slugs or prefixes such as DPL00)."),
         click.option("--ignore", multiple=True, help="Rules to disable."),
+        click.option("--extend-ignore", multiple=True, help="Rules to disable (as --ignore; ruff's spelling)."),
         click.option("--extend-select", multiple=True, help="Rules to enable on top of the selection."),
+        click.option(
+            "--per-file-ignores", multiple=True, metavar="GLOB:RULES",
+            help="Rules to disable in the files a glob matches, e.g. 'tests/*:DPL004,strip-module' (repeatable; "
+            "added to the configuration's).",
+        ),
         click.option("--exclude", multiple=True, help="Files and folders not to check (globs; replaces the configuration's)."),
         click.option("--extend-exclude", multiple=True, help="More files and folders not to check (globs)."),
         click.option(
@@ -74,7 +131,7 @@ def _common_options(function):
             help=f"Output format: {', '.join(REPORTERS)} (default: full on a terminal, text otherwise; "
             "also DPLINT_OUTPUT_FORMAT).",
         ),
-        click.option("-o", "--output-file", type=click.Path(dir_okay=False), help="Write the report to this file."),
+        click.option("-o", "--output-file", type=click.Path(dir_okay=False, readable=False), help="Write the report to this file."),
         click.option(
             "--fail-on", type=click.Choice(["error", "warning", "info"]), default=None,
             help="The least severe finding that makes the exit code 1 (default info: any finding).",
@@ -96,6 +153,11 @@ def _common_options(function):
         click.option("-n", "--no-cache", is_flag=True, help="Neither read nor write the result cache."),
         click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="Where the cache lives (default .dplint_cache)."),
         click.option(
+            "--analysis-timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+            help="The most time one file's analysis may take (default 10); a file that takes longer is reported, unchecked.",
+        ),
+        click.option("-w", "--watch", is_flag=True, help="Check again whenever a checked file changes (Ctrl-C stops)."),
+        click.option(
             "--config", "config", multiple=True,
             help='A configuration file to use for every file, or a `key = value` setting over it (repeatable), '
             'e.g. --config "fail-on = \'error\'".',
@@ -109,16 +171,17 @@ def _common_options(function):
 @main.command()
 @_common_options
 @click.option("--fix", "do_fix", is_flag=True, help="Apply fixes (same as `dplint fix`).")
-def check(do_fix: bool, **options) -> None:
+@click.option("--add-noqa", is_flag=True, help="Add a `# noqa: DPLxxx` to each line with findings, and exit.")
+def check(do_fix: bool, add_noqa: bool, **options) -> None:
     """Check files for DataParallel / DDP misuses."""
-    sys.exit(_run(fix_mode=do_fix, **options))
+    sys.exit(_interruptible(lambda: _run(fix_mode=do_fix, add_noqa=add_noqa, **options)))
 
 
 @main.command()
 @_common_options
 def fix(**options) -> None:
     """Apply the safe fixes (and the unsafe ones with --unsafe-fixes), in place."""
-    sys.exit(_run(fix_mode=True, **options))
+    sys.exit(_interruptible(lambda: _run(fix_mode=True, **options)))
 
 
 STATISTICS_FORMATS = ("text", "full", "concise", "json", "json-lines")  # --statistics has a shape for these
@@ -135,16 +198,67 @@ def _config_files_and_settings(config: tuple[str, ...]) -> tuple[Optional[str], 
     return (files[0] if files else None), (parse_config_override("\n".join(pairs)) if pairs else None)
 
 
-def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, extend_exclude, output_format, output_file,
-         fail_on, exit_zero, quiet, silent, show_files, show_settings, unsafe_fixes, diff, show_fixes,
-         exit_non_zero_on_fix, rules, statistics, stdin_filename, force_exclude, jobs, no_cache, cache_dir,
-         config) -> int:
-    from dplint.config import SEVERITY_ORDER, ConfigError, is_excluded, load_settings
+def _run(*, watch: bool = False, **options) -> int:
+    """One run, or with `watch` a run each time a checked file changes, until Ctrl-C."""
+    if not watch:
+        return _run_once(**options)
+    if list(options["paths"]) == ["-"] or options["stdin_filename"] is not None:
+        click.echo("dplint: error: --watch needs files to watch, not standard input", err=True)
+        return EXIT_ERROR
+    if options.get("add_noqa") or options["show_files"] or options["show_settings"]:
+        click.echo("dplint: error: --watch cannot be combined with --add-noqa, --show-files or --show-settings", err=True)
+        return EXIT_ERROR
+    quiet = options["quiet"] or options["silent"]
+    _watch_message(quiet, "Starting dplint in watch mode...")
+    while True:
+        watched: list[str] = list(options["paths"]) or ["."]  # all there is to watch when the run fails early
+        _run_once(**options, watched=watched)
+        sys.stdout.flush()
+        # Taken after the run, so that the files `--fix` has just written do not start another.
+        state = _watched_state(watched)
+        _watch_message(quiet, "Watching for file changes.")
+        while _watched_state(watched) == state:
+            time.sleep(WATCH_INTERVAL_SECONDS)
+        click.clear()  # a no-op unless stdout is a terminal
+        _watch_message(quiet, "File change detected...")
+
+
+WATCH_INTERVAL_SECONDS = 0.5
+
+
+def _watch_message(quiet: bool, message: str) -> None:
+    if not quiet:
+        click.echo(f"[{time.strftime('%H:%M:%S')}] {message}", err=True)
+
+
+def _watched_state(paths: list[str]) -> list:
+    """What a change is seen by: each path's modification time and size (None: gone). The
+    checked files' folders are among the paths, so a file added to one of them counts."""
+    state = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+            state.append((info.st_mtime_ns, info.st_size))
+        except OSError:
+            state.append(None)
+    return state
+
+
+def _run_once(*, fix_mode: bool, paths, select, ignore, extend_ignore, extend_select, per_file_ignores, exclude,
+              extend_exclude, output_format, output_file, fail_on, exit_zero, quiet, silent, show_files, show_settings,
+              unsafe_fixes, diff, show_fixes, exit_non_zero_on_fix, rules, statistics, stdin_filename, force_exclude,
+              jobs, no_cache, cache_dir, config, analysis_timeout, add_noqa: bool = False,
+              watched: Optional[list] = None) -> int:
+    """One run. `watched`, when given, receives the paths whose changes call for another run."""
+    from dplint.config import SEVERITY_ORDER, ConfigError, is_excluded, load_settings, parse_per_file_ignores
     from dplint.registry import UnknownRuleError, codes_for
     from dplint.runner import FileReport, FixOptions, RunReport, files_to_check, process_stdin, run
 
     quiet = quiet or silent
-    if _PROCESS_ENDS_WITH_COMMAND:
+    if add_noqa and (fix_mode or diff or list(paths) == ["-"] or stdin_filename is not None):
+        click.echo("dplint: error: --add-noqa cannot be combined with --fix, --diff or standard input", err=True)
+        return EXIT_ERROR
+    if _PROCESS_ENDS_WITH_COMMAND and watched is None:
         # The run switches the collector off while it works; turned back on, its first pass would
         # walk every node the run left behind, for memory the exit hands back anyway.
         gc.disable()
@@ -162,7 +276,9 @@ def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, exten
         config_file, config_settings = _config_files_and_settings(config)
         overrides = {
             "select": _split(select) or None,
-            "ignore": _split(ignore) or None,
+            "ignore": _split(ignore + extend_ignore) or None,
+            "per_file_ignores": parse_per_file_ignores(per_file_ignores) or None,
+            "analysis_timeout": analysis_timeout,
             "extend_select": _split(extend_select) or None,
             "exclude": _split(exclude) or None,
             "extend_exclude": _split(extend_exclude) or None,
@@ -229,14 +345,23 @@ def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, exten
                 report = RunReport([report_one], 1)
             if fix is not None and not diff:
                 # stdout carries the code, fixed or not, so `dplint fix -` works as an editor filter
-                if report_one.fixed_text is not None:
-                    sys.stdout.write(report_one.fixed_text)
-                    sys.stdout.flush()
+                if report_one.fixed_bytes is not None:  # in the input's encoding, its BOM kept
+                    sys.stdout.buffer.write(report_one.fixed_bytes)
+                    sys.stdout.buffer.flush()
                 else:
                     sys.stdout.buffer.write(data)
                     sys.stdout.buffer.flush()
         else:
-            report = run(paths, settings, fix=fix, jobs=jobs, cache_dir=cache, force_exclude=force_exclude)
+            progress = _Progress(output, quiet, to_file=bool(output_file))
+            try:
+                report = run(paths, settings, fix=fix, jobs=jobs, cache_dir=cache, force_exclude=force_exclude,
+                             progress=progress)
+            finally:
+                progress.done()
+            if watched is not None:
+                checked = [file_report.path for file_report in report.files]
+                config_files = [settings.config_file] if settings.config_file else []
+                watched.extend(dict.fromkeys([*config_files, *checked, *map(_folder, checked)]))
             if not report.files:
                 inform(NO_FILES_WARNING)
     except ConfigError as error:  # a nested configuration file met on the way
@@ -245,6 +370,9 @@ def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, exten
 
     for error in report.errors:
         click.echo(f"dplint: error: {error}", err=True)
+
+    if add_noqa:
+        return _add_noqa(report, inform)
 
     changed = [r for r in report.files if r.diff]
     if diff:
@@ -308,6 +436,107 @@ def _run(*, fix_mode: bool, paths, select, ignore, extend_select, exclude, exten
 NO_FILES_WARNING = "dplint: warning: No Python files found under the given path(s)"
 
 
+def _folder(path: str) -> str:
+    return os.path.dirname(path) or "."
+
+
+# ---------------------------------------------------------------------------- progress
+PROGRESS_MIN_FILES = 200  # a smaller run ends before a counter is worth reading
+MACHINE_FORMATS = ("json", "json-lines", "sarif", "junit", "github")  # read by programs, not people
+
+
+def shows_progress(files: int, output: str, quiet: bool, stdout_is_terminal: bool, stderr_is_terminal: bool,
+                   to_file: bool = False) -> bool:
+    """Whether a run shows `[123/3809] files` on stderr: only a long run, seen by a person on a
+    terminal (stderr, and stdout unless the report goes to a file), with a report for people."""
+    return (
+        files >= PROGRESS_MIN_FILES
+        and not quiet
+        and output not in MACHINE_FORMATS
+        and stderr_is_terminal
+        and (stdout_is_terminal or to_file)
+    )
+
+
+class _Progress:
+    """The runner's `progress` callback: a counter on stderr, redrawn in place (`\\r`), at most
+    ten times a second, and erased when the run ends."""
+
+    INTERVAL_SECONDS = 0.1
+    _shown = 0  # the width of the line on screen (class-wide: Ctrl-C erases it from outside the run)
+
+    def __init__(self, output: str, quiet: bool, to_file: bool) -> None:
+        self.output, self.quiet, self.to_file = output, quiet, to_file
+        self.wanted: Optional[bool] = None  # decided at the first call, when the number of files is known
+        self.drawn_at = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.wanted is None:
+            self.wanted = shows_progress(total, self.output, self.quiet, _isatty(sys.stdout), _isatty(sys.stderr), self.to_file)
+        now = time.monotonic()
+        if not self.wanted or (done < total and now - self.drawn_at < self.INTERVAL_SECONDS):
+            return
+        self.drawn_at = now
+        line = f"[{done}/{total}] files"
+        sys.stderr.write("\r" + line.ljust(_Progress._shown))
+        sys.stderr.flush()
+        _Progress._shown = len(line)
+
+    def done(self) -> None:
+        _Progress.clear_line()
+
+    @staticmethod
+    def clear_line() -> None:
+        if _Progress._shown:
+            sys.stderr.write("\r" + " " * _Progress._shown + "\r")
+            sys.stderr.flush()
+            _Progress._shown = 0
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced, or closed
+        return False
+
+
+# ---------------------------------------------------------------------------- --add-noqa
+NOQA_SKIPPED_CODES = ("DPL000", "DPL100")  # a file that cannot be read or parsed; a suppression to remove, not to silence
+
+
+def _add_noqa(report, inform) -> int:
+    """`check --add-noqa`: a `# noqa: CODE` on each line with findings (as ruff's), written in place."""
+    from dplint.source import SourceError, read_source, write_atomic
+    from dplint.suppressions import add_noqa
+
+    rows_by_file: dict[str, dict[int, set[str]]] = {}
+    for finding in report.findings:
+        if finding.code in NOQA_SKIPPED_CODES or finding.filename.endswith(".ipynb"):
+            continue
+        rows_by_file.setdefault(finding.filename, {}).setdefault(finding.location.row, set()).add(finding.code)
+    added = not_added = 0
+    failed = bool(report.errors)
+    for path, rows in sorted(rows_by_file.items()):
+        try:
+            source = read_source(path)
+            text, count, left = add_noqa(source.text, rows)
+            if count:
+                write_atomic(path, text.encode(source.encoding))
+        except (SourceError, OSError, UnicodeEncodeError) as error:
+            click.echo(f"dplint: error: {path}: cannot add noqa directives: {getattr(error, 'strerror', None) or error}", err=True)
+            failed = True
+            continue
+        added += count
+        not_added += left
+    inform(f"Added {_plural(added, 'noqa directive')}.")
+    if not_added:
+        inform(
+            f"dplint: warning: {_plural(not_added, 'line')} with findings cannot take a `# noqa` (the line ends inside "
+            "a string or continues with a backslash); use `# dplint: ignore[...]` on the line above"
+        )
+    return EXIT_ERROR if failed else EXIT_CLEAN
+
+
 def _settings_text(path: str, settings) -> str:
     """`--show-settings`: the settings that apply to `path`, one `key = value` line each."""
     import json
@@ -323,6 +552,7 @@ def _settings_text(path: str, settings) -> str:
         "unsafe-fixes": resolved.unsafe_fixes,
         "output-format": settings.output_format,
         "fail-on": settings.fail_on,
+        "analysis-timeout": resolved.analysis_timeout,
         "enabled rules": sorted(resolved.enabled_codes(path)),
     }
     lines = [
@@ -366,6 +596,8 @@ def _statistics(findings, unsafe_fixes: bool, output: str, summary: bool = True)
 
 
 def _rule_fix(rule) -> str:
+    if rule.fix_safety:
+        return rule.fix_safety
     return rule.fix_applicability.value if rule.fix_applicability else "none"
 
 
@@ -399,7 +631,7 @@ def list_rules(output_format: str) -> None:
         click.echo(json.dumps([_rule_object(rule) for rule in all_rules()], indent=2))
         return
     for rule in all_rules():
-        fixable = rule.fix_applicability.value if rule.fix_applicability else "no"
+        fixable = rule.fix_safety or (rule.fix_applicability.value if rule.fix_applicability else "no")
         click.echo(f"{rule.code}  {rule.name:<28} {rule.severity.value:<8} fix: {fixable:<8} {rule.summary}")
 
 
@@ -469,13 +701,20 @@ from dplint.runtime_check.command import verify  # noqa: E402
 
 main.add_command(verify)
 
+# `dplint migrate`: DataParallel / one-device script -> DDP (dplint/migrate.py; no torch).
+from dplint.migrate import migrate  # noqa: E402
+
+main.add_command(migrate)
+
 
 @main.command()
 def server() -> None:
-    """Run the language server (LSP over stdio) for editors; needs `pip install 'dplint[lsp]'`."""
+    """Run the language server (LSP over stdio) for editors; needs the `lsp` extra (pygls)."""
     try:
         from dplint.server import main as serve
     except ImportError as error:
-        click.echo(f"dplint: error: the server needs the lsp extra: pip install 'dplint[lsp]' ({error})", err=True)
+        # dplint is not on the package index: the extra comes from a clone or a wheel
+        click.echo(f"dplint: error: the server needs the lsp extra (pygls): pip install '.[lsp]' in a clone of "
+                   f"dplint, or pip install 'dplint-*.whl[lsp]' with the wheel ({error})", err=True)
         sys.exit(EXIT_ERROR)
     serve()

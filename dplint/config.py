@@ -28,7 +28,10 @@ def _tomllib():
 CONFIG_NAMES = ("dplint.toml", "pyproject.toml")  # looked for in this order in each folder
 SELECTOR_LISTS = ("select", "ignore", "extend-select")
 GLOB_LISTS = ("exclude", "extend-exclude", "extend-include")
-KEYS = (*SELECTOR_LISTS, "per-file-ignores", *GLOB_LISTS, "unsafe-fixes", "output-format", "fail-on")
+KEYS = (*SELECTOR_LISTS, "per-file-ignores", *GLOB_LISTS, "unsafe-fixes", "output-format", "fail-on", "analysis-timeout")
+# ruff's layout: the rule selection may also sit in a `lint` sub-table (`[tool.dplint.lint]`).
+LINT_KEYS = (*SELECTOR_LISTS, "per-file-ignores")
+DEFAULT_ANALYSIS_TIMEOUT = 10.0  # seconds one file's analysis may take (`analysis-timeout`)
 SEVERITY_ORDER = ("info", "warning", "error")  # `fail-on = X`: findings of X or worse exit 1
 
 
@@ -48,6 +51,7 @@ class Settings:
     unsafe_fixes: bool = False
     output_format: str = "text"
     fail_on: str = "info"  # the least severe finding that makes the exit code 1
+    analysis_timeout: float = DEFAULT_ANALYSIS_TIMEOUT  # seconds; a file whose analysis takes longer is given up
     root: str = field(default_factory=os.getcwd)  # the folder globs are relative to
     config_file: Optional[str] = None  # the file these settings were read from, if any
     # The command line's values, laid over whichever configuration file a checked file uses.
@@ -201,6 +205,7 @@ def _read_settings(path: str) -> Settings:
 
 def _checked_table(path: str, table: dict, where: str) -> dict[str, Any]:
     """The table's keys as Settings fields, checked; `configured` lists the keys found."""
+    table = _with_lint_table(path, table, where)
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
@@ -212,10 +217,48 @@ def _checked_table(path: str, table: dict, where: str) -> dict[str, Any]:
                 hint = f" (did you mean `{close[0] if close else key.replace('_', '-')}`?)"
             elif key == "tool":
                 hint = " (dplint.toml takes the keys at the top level, without [tool.dplint])"
-            raise ConfigError(f"{path}: unknown key `{key}` in {where}{hint}; known keys: {', '.join(KEYS)}")
+            raise ConfigError(f"{path}: unknown key `{key}` in {where}{hint}; known keys: {', '.join((*KEYS, 'lint'))}")
         values[key.replace("-", "_")] = _checked_value(path, key, value)
     values["configured"] = tuple(table)
     return values
+
+
+def _with_lint_table(path: str, table: dict, where: str) -> dict:
+    """The table with the keys of its `lint` sub-table (ruff's `[tool.ruff.lint]` layout) moved
+    up beside the others: they mean the same there. A key set in both places is an error."""
+    if "lint" not in table:
+        return table
+    lint = table["lint"]
+    lint_where = {"[tool.dplint]": "[tool.dplint.lint]", "the top level": "[lint]"}.get(where, where)
+    if not isinstance(lint, dict):
+        raise ConfigError(f"{path}: `lint` in {where} must be a table (of {', '.join(LINT_KEYS)}), not {lint!r}")
+    for key in lint:
+        if key in LINT_KEYS:
+            if key in table:
+                raise ConfigError(f"{path}: `{key}` is set both in {where} and in {lint_where}; keep one")
+            continue
+        import difflib
+
+        if key in KEYS:
+            hint = f" (`{key}` goes in {where}, beside `lint`)"
+        else:
+            close = difflib.get_close_matches(key.replace("_", "-"), LINT_KEYS, n=1)
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+        raise ConfigError(f"{path}: unknown key `{key}` in {lint_where}{hint}; {lint_where} takes: {', '.join(LINT_KEYS)}")
+    return {**{key: value for key, value in table.items() if key != "lint"}, **lint}
+
+
+def parse_per_file_ignores(values: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`--per-file-ignores 'tests/*:DPL004,strip-module'` (repeatable) as `per_file_ignores` entries."""
+    entries = []
+    for value in values:
+        pattern, colon, selectors = value.rpartition(":")
+        listed = [selector.strip() for selector in selectors.split(",") if selector.strip()]
+        if not colon or not pattern.strip() or not listed:
+            raise ConfigError(f"--per-file-ignores {value!r}: expected GLOB:RULE[,RULE...], e.g. 'tests/*:DPL004'")
+        _check_selectors("--per-file-ignores", repr(pattern.strip()), listed)
+        entries.append((pattern.strip(), tuple(listed)))
+    return tuple(entries)
 
 
 def parse_config_override(text: str) -> tuple[tuple[str, Any], ...]:
@@ -263,6 +306,10 @@ def _checked_value(path: str, key: str, value: Any) -> Any:
         if value not in SEVERITY_ORDER:
             raise fail(f"one of {', '.join(reversed(SEVERITY_ORDER))}")
         return value
+    if key == "analysis-timeout":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise fail("a number of seconds greater than 0")
+        return float(value)
     raise AssertionError(key)
 
 
@@ -288,10 +335,13 @@ def _with_overrides(base: Settings, overrides: dict[str, Any]) -> Settings:
         base = replace(base, **config, configured=configured)
     changes: dict[str, Any] = {
         key: overrides[key]
-        for key in ("unsafe_fixes", "output_format", "fail_on", "exclude") if overrides.get(key) is not None
+        for key in ("unsafe_fixes", "output_format", "fail_on", "exclude", "analysis_timeout")
+        if overrides.get(key) is not None
     }
     if overrides.get("extend_exclude"):
         changes["extend_exclude"] = base.extend_exclude + tuple(overrides["extend_exclude"])
+    if overrides.get("per_file_ignores"):  # `--per-file-ignores`: on top of the file's
+        changes["per_file_ignores"] = base.per_file_ignores + tuple(overrides["per_file_ignores"])
     select = overrides.get("select")
     ignore = tuple(overrides.get("ignore") or ())
     extend_select = tuple(overrides.get("extend_select") or ())

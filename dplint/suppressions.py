@@ -269,3 +269,44 @@ def _removal(text: str, starts: list[int], directive: Directive) -> TextEdit:
         return _edit(starts, previous.start() if previous else line_start, directive.comment_end, "")
     code_end = line_start + len(text[line_start : directive.comment_start].rstrip())
     return _edit(starts, code_end, directive.comment_end, "")
+
+
+# ---------------------------------------------------------------------------- adding directives
+def add_noqa(text: str, codes_by_row: dict[int, set[str]]) -> tuple[str, int, int]:
+    """`check --add-noqa`: `# noqa: CODE, ...` at the end of each given line (1-based rows), the
+    codes merged into a `# noqa: X` already there and after any other comment on the line.
+
+    Returns the new text, the number of lines that got codes, and the number that cannot take a
+    comment (the line ends inside a string or continues with a backslash), left unchanged."""
+    lines = _lines(text)
+    starts = line_starts(text)
+    line_ends: dict[int, tuple[int, int]] = {}  # row -> the line's trailing blanks, where a comment may go
+    try:
+        for token in tokenize.generate_tokens(iter(lines).__next__):
+            if token.type in (tokenize.NL, tokenize.NEWLINE) and token.start[0] <= len(lines):
+                row, column = token.start
+                end = starts[row - 1] + column
+                line_ends[row] = (starts[row - 1] + len(lines[row - 1][:column].rstrip()), end)
+    except (tokenize.TokenError, SyntaxError):
+        return text, 0, len(codes_by_row)
+    directives = find_directives(text) or []
+    edits: list[tuple[int, int, str]] = []  # (start, end, new text)
+    cannot = 0
+    for row, codes in sorted(codes_by_row.items()):
+        existing = next((d for d in directives if d.kind == "noqa" and d.row == row), None)
+        if existing is not None and existing.entries is None:
+            continue  # a bare `# noqa` silences everything already
+        if existing is not None:
+            written = {entry.upper() for entry, _ in existing.entries}
+            new = sorted(code for code in codes if code not in written)
+            if new:
+                end = existing.codes_span[1]
+                edits.append((end, end, "".join(f", {code}" for code in new)))
+            continue
+        if row not in line_ends:
+            cannot += 1
+            continue
+        edits.append((*line_ends[row], f"  # noqa: {', '.join(sorted(codes))}"))
+    for start, end, new_text in sorted(edits, reverse=True):
+        text = text[:start] + new_text + text[end:]
+    return text, len(edits), cannot

@@ -201,6 +201,31 @@ def test_environment_output_format_wins_over_the_file(tmp_path, cli, monkeypatch
     assert result.stdout.decode().startswith("train.py:4:44: DPL007 error [*] ")
 
 
+# ---------------------------------------------------------------------------- ruff's `lint` table
+@pytest.mark.parametrize(
+    "name, body",
+    [
+        ("pyproject.toml", '[tool.dplint.lint]\nselect = ["DPL0", "DPL100"]\nignore = ["DPL100"]\n'
+                           '[tool.dplint.lint.per-file-ignores]\n"tests/*" = ["sampler-shuffle"]\n'),
+        ("dplint.toml", 'fail-on = "info"\n[lint]\nselect = ["DPL0", "DPL100"]\nignore = ["DPL100"]\n'
+                        '[lint.per-file-ignores]\n"tests/*" = ["sampler-shuffle"]\n'),
+    ],
+)
+def test_the_lint_table_holds_the_rule_selection_as_ruffs_does(tmp_path, cli, name, body):
+    write(tmp_path / name, body)
+    write(tmp_path / "train.py", SCRIPT)
+    write(tmp_path / "tests" / "test_train.py", SCRIPT)
+    assert codes(cli, ".", cwd=tmp_path) == ["DPL007"]  # train.py's; DPL100 ignored, DPL007 not in tests/
+    settings = load_settings(str(tmp_path))
+    assert (settings.select, settings.ignore) == (("DPL0", "DPL100"), ("DPL100",))
+    assert "select" in settings.configured and "lint" not in settings.configured
+
+
+def test_the_lint_table_from_the_command_line(tmp_path, cli):
+    write(tmp_path / "train.py", SCRIPT)
+    assert codes(cli, "--config", "lint.ignore = ['DPL100']", "train.py", cwd=tmp_path) == ["DPL007"]
+
+
 # ---------------------------------------------------------------------------- errors
 @pytest.mark.parametrize(
     "name, body, message",
@@ -217,6 +242,18 @@ def test_environment_output_format_wins_over_the_file(tmp_path, cli, monkeypatch
         ("dplint.toml", 'extend-exclude = "build"\n', "`extend-exclude` must be a list of strings"),
         ("dplint.toml", 'unsafe-fixes = "yes"\n', "`unsafe-fixes` must be true or false, not 'yes'"),
         ("dplint.toml", 'output-format = "xml"\n', "`output-format` must be one of text, concise, json"),
+        ("dplint.toml", "analysis-timeout = 0\n", "`analysis-timeout` must be a number of seconds greater than 0, not 0"),
+        ("dplint.toml", "analysis-timeout = -1.5\n", "`analysis-timeout` must be a number of seconds greater than 0"),
+        ("dplint.toml", 'analysis-timeout = "10"\n', "`analysis-timeout` must be a number of seconds greater than 0, not '10'"),
+        ("dplint.toml", "analysis-timeout = true\n", "`analysis-timeout` must be a number of seconds greater than 0, not True"),
+        ("pyproject.toml", '[tool.dplint.lint]\noutput-format = "json"\n',
+         "unknown key `output-format` in [tool.dplint.lint] (`output-format` goes in [tool.dplint], beside `lint`)"),
+        ("pyproject.toml", '[tool.dplint.lint]\nselct = ["DPL007"]\n',
+         "unknown key `selct` in [tool.dplint.lint] (did you mean `select`?); [tool.dplint.lint] takes: select, ignore"),
+        ("dplint.toml", '[lint]\ncolour = true\n', "unknown key `colour` in [lint]; [lint] takes: select, ignore"),
+        ("pyproject.toml", '[tool.dplint]\nignore = ["DPL100"]\n[tool.dplint.lint]\nignore = ["DPL007"]\n',
+         "`ignore` is set both in [tool.dplint] and in [tool.dplint.lint]; keep one"),
+        ("dplint.toml", 'lint = ["DPL007"]\n', "`lint` in the top level must be a table"),
         ("dplint.toml", "select = [\n", "not valid TOML"),
         ("pyproject.toml", "[tool.dplint\n", "not valid TOML"),
     ],
