@@ -146,6 +146,8 @@ def render_text(report: Report) -> str:
             lines.append("fixed:    no fix changes this script: the fixed copy is the original")
         else:
             lines.append(f"{label + ':':<9} {describe_run(run)}")
+    for missed in report.unflagged:
+        lines.append(f"missed:   {missed.describe()}")
     for result in report.results:
         finding = result.finding
         lines.append("")
@@ -170,6 +172,7 @@ def to_json(report: Report) -> dict:
             "ranks": len(run.ranks),
             "backend": backend(run),
             "timed_out": run.timed_out,
+            "deadlocked": [{"rank": e["rank"], "call": e["call"], "line": e["line"]} for e in run.deadlocked],
             "recovered": [{"line": e.get("line"), "rank": e["rank"], "error": e["error"]} for e in run.recoveries()],
         }
     return {
@@ -197,6 +200,10 @@ def to_json(report: Report) -> dict:
             for result in report.results
         ],
         "summary": dict(Counter(result.verdict.value for result in report.results)),
+        "unflagged": [
+            {"line": missed.line, "error": missed.error, "rule": missed.rule, "code": missed.code, "runs": list(missed.runs)}
+            for missed in report.unflagged
+        ],
         "errors": report.errors,
         "exit_code": report.exit_code,
     }

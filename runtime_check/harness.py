@@ -118,8 +118,34 @@ class Barrier:
             time.sleep(0.02)
 
 
+class StderrTail:
+    """sys.stderr while a script runs: writes go through, and the last lines are kept, so that
+    verify can show why a script stopped (an argparse usage error, a message before `sys.exit(1)`)."""
+
+    LINES = 10
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._lines: list[str] = []
+        self._partial = ""
+
+    def write(self, text) -> int:
+        written = self._stream.write(text)
+        if isinstance(text, str):
+            *complete, self._partial = (self._partial + text).split("\n")
+            self._lines = (self._lines + [line.rstrip()[:300] for line in complete])[-self.LINES:]
+        return written
+
+    def lines(self) -> list[str]:
+        return [line for line in [*self._lines, self._partial.rstrip()] if line.strip()][-self.LINES:]
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def run_variant(variant: dict, recorder: Recorder, finder) -> tuple[str, int, str | None, int | None]:
-    """Runs one variant's script as `__main__`; returns (status, exit code, error, line)."""
+    """Runs one variant's script as `__main__`; returns (status, exit code, error, line).
+    `variant["stderr"]` gets the last lines the script wrote to sys.stderr."""
     from dplint.runtime_check.budget import BudgetReached, compile_with_budget
 
     script = variant["script"]
@@ -134,6 +160,8 @@ def run_variant(variant: dict, recorder: Recorder, finder) -> tuple[str, int, st
     sys.path.insert(0, variant["path_entry"])
     tracer = LineTracer(recorder)
     status, code, error, line = "finished", 0, None, None
+    saved_stderr = sys.stderr
+    sys.stderr = tail = StderrTail(saved_stderr)
     try:
         with open(script, "rb") as handle:
             compiled = compile_with_budget(handle.read(), script)
@@ -143,11 +171,16 @@ def run_variant(variant: dict, recorder: Recorder, finder) -> tuple[str, int, st
         status = "budget"
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if not isinstance(stop.code, (int, type(None))):
+            print(stop.code, file=sys.stderr)  # as Python does for `sys.exit("message")`
         status = "finished" if code == 0 else "exit"
     except BaseException as caught:  # the script's own failure is an observation, not ours
         status, code, error, line = "error", EXIT_SCRIPT_ERROR, describe(caught), error_line(recorder, caught)
     finally:
         sys.settrace(None)
+        if sys.stderr is tail:
+            sys.stderr = saved_stderr
+        variant["stderr"] = tail.lines()
         sys.modules["__main__"] = saved_main
         if variant["path_entry"] in sys.path:
             sys.path.remove(variant["path_entry"])
@@ -163,7 +196,7 @@ def forget_project_modules(root: str) -> None:
             del sys.modules[name]
 
 
-def finish(recorder: Recorder, status: str, error, line) -> None:
+def finish(recorder: Recorder, status: str, error, line, code: int = 0, stderr: list | None = None) -> None:
     import torch
 
     recorder.muted = True  # these queries are verify's, not the script's
@@ -181,7 +214,8 @@ def finish(recorder: Recorder, status: str, error, line) -> None:
     facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     recorder.muted = False
     needs_cuda = error is not None and any(message in error for message in NEEDS_CUDA_MESSAGES)
-    recorder.emit("end", status=status, error=error, line=line, needs_cuda=needs_cuda, wall=time.time(), **facts)
+    recorder.emit("end", status=status, error=error, line=line, needs_cuda=needs_cuda, wall=time.time(), code=code,
+                  stderr=stderr or [], **facts)
     try:
         import torch.distributed as dist
 
@@ -278,11 +312,11 @@ def main(argv: list[str] | None = None) -> int:
             context.reset()
             budget.next_variant()
         guard.root, guard.real_root, guard.workdir = variant["root"], plan["real_root"], plan["workdir"]
-        status, _, error, line = run_variant(variant, recorder, finder)
+        status, code, error, line = run_variant(variant, recorder, finder)
         # What the script left in reference cycles (a DDP, its process group's connections) goes
         # now, as at the end of a real run: a peer's teardown may wait for exactly that.
         gc.collect()
-        finish(recorder, status, error, line)
+        finish(recorder, status, error, line, code, variant.get("stderr"))
         fresh_group_names(index + 1)
     recorder.close()
     return 0

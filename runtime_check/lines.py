@@ -59,6 +59,7 @@ class LineMap:
         self.original = original.splitlines()
         self.fixed = fixed.splitlines()
         self.mapping: dict[int, range] = {}  # 0-based original line -> 0-based fixed range
+        self._back: Optional[dict[int, int]] = None  # 0-based fixed line -> 0-based original line
         matcher = difflib.SequenceMatcher(None, self.original, self.fixed, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
@@ -114,6 +115,28 @@ class LineMap:
 
     def lines(self, rows: range) -> range:
         mapped = [line for row in rows for line in self.line(row)]
+        return range(min(mapped), max(mapped) + 1) if mapped else range(0)
+
+    def back(self, row: int) -> int:
+        """The original line (1-based) that fixed line `row` stands for: the inverse of `line`,
+        so that evidence from the fixed copy quotes the user's lines. A line that only a fix
+        added (an import, a `set_epoch` call) belongs to the original line after it, the one it
+        was inserted before (the last line, at the end)."""
+        if self._back is None:
+            self._back = {}
+            for original in sorted(self.mapping):
+                for fixed in self.mapping[original]:
+                    self._back.setdefault(fixed, original)
+        if row - 1 in self._back:
+            return self._back[row - 1] + 1
+        later = [fixed for fixed in self._back if fixed > row - 1]
+        if later:
+            return self._back[min(later)] + 1
+        return max(self._back.values(), default=row - 1) + 1
+
+    def back_lines(self, rows: range) -> range:
+        """The original lines that fixed lines `rows` stand for (empty for no rows)."""
+        mapped = [self.back(row) for row in rows]
         return range(min(mapped), max(mapped) + 1) if mapped else range(0)
 
 

@@ -36,6 +36,7 @@ from dplint.runtime_check.lines import LineMap, statement_lines
 from dplint.runtime_check.overlay import Snapshot, mirror
 from dplint.runtime_check.probes import probe_modules
 from dplint.runtime_check.record import Tail, read_events, stacks_path
+from dplint.runtime_check.unflagged import unflagged_errors
 from dplint.runtime_check.verdicts import NO_FIX, Case, Judgement, RunView, Verdict
 
 TOKEN_VARIABLE = supervise.TOKEN_VARIABLE
@@ -61,6 +62,7 @@ class Interrupted(BaseException):
 
 
 QUICK_LOOK = 3.0  # seconds of silence after the others ended before a silent rank's stack is read
+LOOK_EVERY = 2.0  # seconds between two looks at the stacks of ranks that all went silent
 
 
 @dataclass
@@ -77,6 +79,9 @@ class VerifyOptions:
     # seconds a rank may stay silent after the others ended the same variant (then it is taken as
     # hung in torch's process-group teardown: stopped, and the remaining variants run afresh)
     straggler_grace: float = 30.0
+    # seconds every rank may sit, unchanged, in a collective or a barrier with no rank ending the
+    # variant (then it is a deadlock: stopped, reported with each rank's line, the rest run afresh)
+    deadlock_grace: float = 10.0
 
 
 @dataclass
@@ -102,6 +107,7 @@ class Report:
     fixed_text: str = ""
     texts: dict[str, str] = field(default_factory=dict)  # label -> the variant's source
     workdir: Optional[str] = None  # kept only with --keep
+    unflagged: list = field(default_factory=list)  # torch's errors for known misuses no finding covers (unflagged.py)
 
     @property
     def exit_code(self) -> int:
@@ -116,7 +122,7 @@ class Report:
         found = set()
         for label, run in self.runs.items():
             if label == FIXED and any(other != FIXED for other in self.runs):
-                continue  # the fixed copy's lines are numbered differently
+                continue  # the fixed copy repeats the original's remaps (a line only a fix added has none of its own)
             found.update((event["line"], event["what"]) for event in run.all("remapped"))
         return sorted(found)
 
@@ -177,11 +183,9 @@ def verify(script: str, script_args: list[str], options: VerifyOptions, progress
         snapshot = Snapshot(root, skip=workdir)
         run_variants(script, script_args, list(variants.values()), report, workdir, root, cwd, session, progress)
         report.texts = {v.label: v.text for v in variants.values()}
-        # every run but the fixed one in the original's line numbers (the fixed run's evidence
-        # is in the fixed copy's, as `dplint fix` would write it)
-        report.runs = {
-            v.label: v.view if v.label == FIXED else renumbered(v.view, v.text, text) for v in variants.values()
-        }
+        # every run in the original's line numbers, the fixed one too: each line the report
+        # quotes is the user's line, not one of verify's modified copies
+        report.runs = {v.label: renumbered(v.view, v.text, text) for v in variants.values()}
         if FIXED not in report.runs:
             report.runs[FIXED] = report.runs[ORIGINAL]
         for variant in variants.values():
@@ -194,6 +198,7 @@ def verify(script: str, script_args: list[str], options: VerifyOptions, progress
                 + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
             )
         report.results = judge_all(text, fixed.text, chosen, fixed.remaining.findings, report, before)
+        report.unflagged = unflagged_errors(text, linted.findings, report.runs)
     finally:
         if options.keep:
             report.workdir = workdir
@@ -393,6 +398,9 @@ class Batch:
         all_ended = False
         straggled_at: Optional[int] = None
         asked_at: Optional[int] = None  # the variant whose silent ranks were asked for their stacks
+        deadlocked_at: Optional[int] = None
+        blocked: Optional[dict] = None  # rank -> where it is blocked, while every rank is (see `blocked_ranks`)
+        blocked_since = looked_at = blocked_for = 0.0
         try:
             self.start()
             names = ", ".join(v.label for v in self.variants)
@@ -436,6 +444,21 @@ class Batch:
                         progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: rank(s) "
                                  f"{silent} stuck after the others ended: restarting")
                         break
+                if expected > 1 and not ends[current] and now - last_event[current] > QUICK_LOOK:
+                    if now - looked_at >= LOOK_EVERY:
+                        # every rank silent and none ended: blocked in collectives that cannot
+                        # complete (a barrier only some ranks reach, mismatched calls)? Their stacks say
+                        looked_at = now
+                        seen = self.blocked_ranks(current, expected)
+                        if seen is None or seen != blocked:
+                            blocked, blocked_since = seen, now
+                        elif now - blocked_since >= self.options.deadlock_grace:
+                            deadlocked_at, blocked_for = current, now - last_event[current]
+                            progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: every rank blocked "
+                                     f"in a collective for {blocked_for:.0f} s: stopped as a deadlock")
+                            break
+                else:
+                    blocked = None
                 if now - current_since > self.options.timeout:
                     timed_out_at = current
                     progress(f"[{now - begin:5.1f}s] {self.variants[current].label}: "
@@ -461,6 +484,13 @@ class Batch:
                         seq=last.get("seq", 0) + 1, stuck=True,
                         hung_in=hung_in(stacks_path(self.plan_path, rank), self.scripts[index]),
                     ))
+            if index == deadlocked_at:
+                for rank, (call, line, _) in sorted(blocked.items()):
+                    last = events.get(rank, [{}])[-1]
+                    events.setdefault(rank, []).append(dict(
+                        kind="end", status="deadlock", error=None, line=line, call=call, needs_cuda=False,
+                        seq=last.get("seq", 0) + 1, wall=time.time(), blocked_for=round(blocked_for),
+                    ))
             view = RunView(variant.label, events, timed_out=index == timed_out_at,
                            returncode=self.returncode, log_tail=self.log_tail)
             starts = [e["wall"] for evs in events.values() for e in evs if e["kind"] == "start" and "wall" in e]
@@ -483,6 +513,22 @@ class Batch:
                 except OSError:
                     pass
         time.sleep(0.5)  # faulthandler writes from its signal handler, at once
+
+    def blocked_ranks(self, index: int, expected: int) -> Optional[dict]:
+        """rank -> (call, script line, stack) when every rank of the variant is blocked in a
+        collective or a barrier (their stacks, read now); None when one is not."""
+        if len(read_events(self.records[index])) < expected:
+            return None  # a rank has not started this variant: its stack file is not about it
+        self.ask_for_stacks(index, list(range(expected)))
+        found = {}
+        for rank in range(expected):
+            frames = latest_frames(stacks_path(self.plan_path, rank))
+            where = blocked_in_collective(frames, self.scripts[index])
+            if where is None:
+                return None
+            stack = tuple((frame["path"], frame["line"], frame["function"]) for frame in frames)
+            found[rank] = (*where, stack)
+        return found
 
     def returned_from_main(self, index: int, rank: int) -> bool:
         """Only the script's module-level frame is left: the function it called has returned
@@ -523,6 +569,28 @@ def latest_frames(stacks: str) -> list:
 
 def _is_script(frame, script: str) -> bool:
     return os.path.basename(frame["path"]) == os.path.basename(script)
+
+
+COMMUNICATION = ("/torch/distributed/", "/torch/nn/parallel/distributed.py")
+
+
+def blocked_in_collective(frames: list, script: str) -> Optional[tuple[str, int]]:
+    """(the torch call, the script's line) when a stack (most recent call first) waits in torch's
+    distributed code called from the script: `barrier` at line 30 from
+    `barrier (distributed_c10d.py) <- wrapper (c10d_logger.py) <- <module> (train.py:30)`."""
+    inside = 0  # torch's frames at the top of the stack
+    while inside < len(frames) and "/torch/" in frames[inside]["path"]:
+        inside += 1
+    torch_frames = frames[:inside]
+    if not any(part in frame["path"] for frame in torch_frames for part in COMMUNICATION):
+        return None
+    line = next((int(frame["line"]) for frame in frames if _is_script(frame, script)), None)
+    if line is None:
+        return None
+    called = torch_frames[-1]["function"]
+    if called == "wrapper" and inside > 1:  # torch's logging decorator around every collective
+        called = torch_frames[-2]["function"]
+    return called, line
 
 
 def hung_in(stacks: str, script: str) -> Optional[str]:
@@ -587,24 +655,19 @@ def judge_all(text: str, fixed_text: str, findings: list[Finding], remaining: li
     whose effect needs another finding's bug (a load of the `module.` checkpoint that the
     save's fix no longer writes) does not show alone: it is judged on the run with every bug."""
     line_map = LineMap(text, fixed_text)
-    fixed = report.runs[FIXED]
-    in_original_numbering: dict[str, RunView] = {}
+    fixed = report.runs[FIXED]  # like every run, in the original's line numbers (see `renumbered`)
     results = []
     for finding in findings:
         flagged = statement_lines(text, finding.location.row, finding.end_location.row)
-        fixed_lines = line_map.lines(flagged)
+        lines_in_copy = line_map.lines(flagged)
         fix_applied = fixed_text != text and not any(
-            other.code == finding.code and other.location.row in fixed_lines for other in remaining
+            other.code == finding.code and other.location.row in lines_in_copy for other in remaining
         )
+        fixed_lines = line_map.back_lines(lines_in_copy)  # empty: the fix removed the code
         label = (before or {}).get(id(finding), ORIGINAL)
         labels = [label] + ([ORIGINAL] if label != ORIGINAL and ORIGINAL in report.runs else [])
         for attempt, run_label in enumerate(labels):
-            if run_label not in in_original_numbering:
-                view = report.runs[run_label]
-                if run_label == FIXED:
-                    view = renumbered(view, fixed_text, text)
-                in_original_numbering[run_label] = view
-            case = Case(finding, in_original_numbering[run_label], fixed, flagged, fixed_lines, fix_applied, report.gpus)
+            case = Case(finding, report.runs[run_label], fixed, flagged, fixed_lines, fix_applied, report.gpus)
             judgement = judge_one(case, report)
             if attempt == 0:
                 alone = judgement
@@ -623,25 +686,34 @@ def judge_all(text: str, fixed_text: str, findings: list[Finding], remaining: li
 
 
 LINE_FIELDS = ("line", "end_line", "created_at")
+# where a stuck rank hung, as `hung_in` says it: "__del__ (train.py:26)" (torch's own frames are not the script's)
+HUNG_AT_SCRIPT_LINE = re.compile(r"\((?!torch/)([^():]+\.py):(\d+)\)")
 
 
 def renumbered(run: RunView, run_text: str, text: str) -> RunView:
     """The run with its events' line numbers in the original script's numbering (a variant's
-    other fixes may add or remove lines above the finding)."""
+    other fixes may add or remove lines above the finding). Each line maps through the same
+    line map that places the finding in the copy, inverted: a line only a fix added takes the
+    number of the user's line it was inserted before, never its own number in the copy."""
     if run_text == text:
         return run
-    back = LineMap(run_text, text)
+    line_map = LineMap(text, run_text)
 
     def line(row):
-        if not isinstance(row, int):
-            return row
-        mapped = back.line(row)
-        return mapped.start if mapped else row
+        return line_map.back(row) if isinstance(row, int) and not isinstance(row, bool) else row
 
-    events = {
-        rank: [dict(event, **{key: line(event[key]) for key in LINE_FIELDS if key in event}) for event in evs]
-        for rank, evs in run.events.items()
-    }
+    def hung_in(where):
+        if not isinstance(where, str):
+            return where
+        return HUNG_AT_SCRIPT_LINE.sub(lambda m: f"({m.group(1)}:{line(int(m.group(2)))})", where)
+
+    def renumber(event: dict) -> dict:
+        event = dict(event, **{key: line(event[key]) for key in LINE_FIELDS if key in event})
+        if "hung_in" in event:
+            event["hung_in"] = hung_in(event["hung_in"])
+        return event
+
+    events = {rank: [renumber(event) for event in evs] for rank, evs in run.events.items()}
     return RunView(run.label, events, wall=run.wall, timed_out=run.timed_out, returncode=run.returncode,
                    log_tail=run.log_tail)
 
@@ -679,7 +751,15 @@ def not_reached_reason(run: RunView, line: int, report: Optional[Report]) -> str
     options = report.options if report else VerifyOptions()
     if run.timed_out:
         return f"{reason}; a longer --timeout (now {options.timeout:.0f} s) would reach it"
+    if run.deadlocked:
+        return f"{reason}: the script cannot get past it, so a longer --timeout would not reach this line either"
     error = run.error
+    exited = any(end["status"] == "exit" for end in run.ends)
+    stderr = run.stderr_tail()
+    if stderr and (error is not None or exited):  # what the script said about why it stopped
+        reason += f"; its stderr ended with: \"{' | '.join(stderr)}\""
+    if error is None and exited:
+        return f"{reason}; the script stopped itself before this line (the arguments it expects go after --)"
     if error is not None:
         message = error["error"] or ""
         if message.startswith(("FileNotFoundError", "IsADirectoryError", "NotADirectoryError")):

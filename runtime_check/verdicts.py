@@ -73,9 +73,23 @@ class RunView:
         return any(end.get("needs_cuda") for end in self.ends)
 
     @property
+    def deadlocked(self) -> list[dict]:
+        """The end events verify wrote for ranks it stopped in a deadlock (each with its call and line)."""
+        return [end for end in self.ends if end["status"] == "deadlock"]
+
+    @property
     def error(self) -> Optional[dict]:
         """The end event of the first rank whose script raised."""
         return next((end for end in self.ends if end["status"] == "error"), None)
+
+    def stderr_tail(self) -> list[str]:
+        """The last lines the script wrote to stderr on the rank that stopped it (raised or
+        exited), else on the first rank that wrote any."""
+        stopped = [end for end in self.ends if end["status"] in ("error", "exit")]
+        for end in stopped + self.ends:
+            if end.get("stderr"):
+                return end["stderr"]
+        return []
 
     def executed(self, lines: Iterable[int]) -> bool:
         wanted = set(lines)
@@ -96,6 +110,12 @@ class RunView:
             return "did not start"
         if self.timed_out:
             return f"killed after the timeout ({self.wall:.0f} s)"
+        deadlocked = self.deadlocked
+        if deadlocked:
+            where = ", ".join(f"rank {end['rank']} in {end['call']}() at line {end['line']}" for end in deadlocked)
+            seconds = max(end.get("blocked_for", 0) for end in deadlocked)
+            return (f"deadlocked: every rank was blocked in a collective or a barrier ({where}); "
+                    f"verify stopped it after {seconds:.0f} s without progress")
         error = self.error
         if error is not None:
             where = f" at line {error['line']}" if error.get("line") else ""
@@ -106,7 +126,8 @@ class RunView:
         if statuses == {"budget"}:
             return "stopped by the budget"
         if "exit" in statuses:
-            return "the script exited with a non-zero status"
+            exited = next(end for end in self.ends if end["status"] == "exit")
+            return f"rank {exited['rank']} exited with status {exited.get('code', 'non-zero')}"
         stuck = [end for end in self.ends if end.get("stuck")]
         if stuck:
             ranks = ", ".join(str(end["rank"]) for end in stuck)

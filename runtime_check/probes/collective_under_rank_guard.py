@@ -1,6 +1,7 @@
 """DPL017 collective-under-rank-guard: the ranks that skip the collective never meet the
 ones inside it. The evidence: which ranks entered the collective at the flagged line, and how
-they ended: killed by verify's timeout while waiting (the hang), or, on gloo, failing inside the
+they ended: stopped by verify as a deadlock (every rank blocked in a collective: those inside it
+and the others in a later one), killed by verify's timeout while waiting (the hang), or, on gloo, failing inside the
 collective when a peer that never entered it closed its connections (it ended the script)."""
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def judge(case: Case) -> Judgement:
     others = [rank for rank in run.ranks if rank not in ranks]
     entered = f"only rank(s) {', '.join(map(str, ranks))} entered the collective at line {case.finding.location.row}; " \
               f"rank(s) {', '.join(map(str, others))} never did"
+    if run.deadlocked and others:
+        return Judgement(Verdict.CONFIRMED, f"{entered}, and the run {run.stop_reason()}",
+                         "no automatic fix for this finding")
     if run.timed_out and others:
         return Judgement(Verdict.CONFIRMED, f"{entered}, and the run hung until it was {run.stop_reason()}",
                          "no automatic fix for this finding")

@@ -25,7 +25,7 @@ def describe(events: list[dict]) -> str:
     values = ", ".join(f"{v['value']:.4f}" for v in events[:3] if v["value"] is not None)
     params = "/".join(e["param_devices"]) or "?"
     copies = f"{e['copies']} device cop{'y' if e['copies'] == 1 else 'ies'} in its graph"
-    return f"loss on {e['device']} (line {e['line']}), parameters on {params}, {copies}; first losses {values}"
+    return f"loss on {e['device']} (backward() at line {e['line']}), parameters on {params}, {copies}; first losses {values}"
 
 
 def judge(case: Case) -> Judgement:

@@ -35,8 +35,8 @@ def test_loss_on_cpu_pays_device_copies():
     assert report.results and all(r.verdict.value == "confirmed" for r in report.results)
     result = report.results[0]
     # one copy in the graph (the output's: the targets' .cpu() needs no grad); seen on an H200
-    assert "loss on cpu (line 44), parameters on cuda:0, 1 device copy in its graph" in result.original
-    assert result.fixed.startswith("loss on cuda:0 (line 44), parameters on cuda:0, 0 device copies")
+    assert "loss on cpu (backward() at line 44), parameters on cuda:0, 1 device copy in its graph" in result.original
+    assert result.fixed.startswith("loss on cuda:0 (backward() at line 44), parameters on cuda:0, 0 device copies")
 
 
 def test_late_cuda_visible_devices_is_ignored():

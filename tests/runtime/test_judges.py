@@ -43,10 +43,10 @@ def test_loss_on_cpu_confirmed_on_cuda():
     )
     assert judgement.verdict is Verdict.CONFIRMED
     assert judgement.original == (
-        "loss on cpu (line 40), parameters on cuda:0, 2 device copies in its graph; first losses 1.2500: "
+        "loss on cpu (backward() at line 40), parameters on cuda:0, 2 device copies in its graph; first losses 1.2500: "
         "each step blocks on the device-to-host copies and backward copies the gradients back"
     )
-    assert judgement.fixed == "loss on cuda:0 (line 40), parameters on cuda:0, 0 device copies in its graph; first losses 1.2500"
+    assert judgement.fixed == "loss on cuda:0 (backward() at line 40), parameters on cuda:0, 0 device copies in its graph; first losses 1.2500"
 
 
 def test_late_cuda_visible_devices_confirmed_by_device_count():

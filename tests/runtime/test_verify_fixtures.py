@@ -36,7 +36,7 @@ EXPECTED = [
       "after step 6 the parameters differ across ranks"],
      ["all 6 training forwards went through DDP; after step 6 the parameters are identical on all 2 ranks"]),
     ("loss_on_cpu", "DPL003", "criterion(outputs.cpu()", "needs-gpu",
-     ["loss on cpu (line 44), parameters on cpu, 0 device copies in its graph", "without CUDA `.cpu()` copies nothing"],
+     ["loss on cpu (backward() at line 44), parameters on cpu, 0 device copies in its graph", "without CUDA `.cpu()` copies nothing"],
      ["the same losses: results are identical, the cost exists only on a GPU"]),
     ("strip_module", "DPL004", "eval_model.load_state_dict", "confirmed", [STRIP_48], ["Net.load_state_dict loaded all 4 keys"]),
     ("strict_false_load", "DPL005", "strict=False)", "confirmed",
