@@ -59,8 +59,13 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
               help="Output format.")
 @click.option("--keep", is_flag=True, help="Keep the temporary folder (variants, overlays, records, logs).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option("--migration", "migration_original", type=click.Path(dir_okay=False), default=None, metavar="ORIGINAL",
+              help="`verify --migration ORIGINAL MIGRATED`: run ORIGINAL in one process and SCRIPT (its DDP "
+                   "migration) as 2 CPU ranks; compare losses, parameters, samples per epoch, checkpoints.")
+@click.option("--report", "migration_report", type=click.Path(dir_okay=False), default=None, metavar="HTML",
+              help="With --migration: also write a self-contained HTML page (loss curves, per-rank coverage).")
 @click.pass_context
-def verify(ctx: click.Context, script: str, select, **options) -> None:
+def verify(ctx: click.Context, script: str, select, migration_original, migration_report, **options) -> None:
     """Run SCRIPT's findings one at a time, with probes; say, per finding, whether it is real.
 
     For each finding, a copy with only that bug (every other fix applied) and a copy with every
@@ -68,6 +73,11 @@ def verify(ctx: click.Context, script: str, select, **options) -> None:
     and whatever it writes lands in a temporary folder. Loops end after the budget and the
     script goes on after them (saves, loads, evaluation run).
     """
+    if migration_original is not None:  # runtime_check/migration.py: the proof of `dplint migrate`
+        from dplint.runtime_check.migration import run_migration
+
+        sys.exit(run_migration(migration_original, script, ctx.meta.get("dplint.script_args", []),
+                               report=migration_report, timeout=options["timeout"], quiet=options["quiet"]))
     if script.endswith(".ipynb"):  # notebooks (dplint/notebook.py) are checked and fixed, not run
         click.echo(
             f"dplint: error: verify runs scripts, not notebooks; export {script} first "
