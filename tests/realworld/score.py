@@ -17,6 +17,10 @@ unmatched one a false negative; a finding on a ``clean`` row is a false
 positive.  Findings on a (path, rule) pair that no row judges are listed as
 unjudged and not counted, so that judging stays complete.  Rows marked
 ``ambiguous`` are reported apart and not counted.
+
+Every count is also kept per part of the blind split (split.py): "developed on" and "blind"
+figures are printed side by side, per rule and overall.  Blind rows are scored only to be
+reported; see README.md, "Blind split".
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from split import BLIND, DEVELOPED, part_of  # noqa: E402
+
+sys.path.remove(str(HERE))
 DEFAULT_MANIFESTS = [HERE / "cases.jsonl"]
 LINE_SLACK = 2
 
@@ -139,6 +147,34 @@ def ratio(num, den):
     return num / den if den else float("nan")
 
 
+PARTS = (DEVELOPED, BLIND)
+
+
+def split_table(totals_by_part):
+    """The per-rule table with the developed-on and blind figures side by side, and one
+    summary line per part; `totals_by_part[part][rule]` holds tp/fp/fn counts."""
+    def cells(c):
+        return (f"{c['tp']:>4} {c['fp']:>4} {c['fn']:>4} "
+                f"{ratio(c['tp'], c['tp'] + c['fp']):>5.2f} {ratio(c['tp'], c['tp'] + c['fn']):>5.2f}")
+
+    head = f"{'tp':>4} {'fp':>4} {'fn':>4} {'prec':>5} {'rec':>5}"
+    lines = [f"{'':28} {'developed on':^28} | {'blind':^28}", f"{'rule':28} {head} | {head}"]
+    rules = sorted({rule for part in PARTS for rule in totals_by_part.get(part, {})})
+    overall = {part: {"tp": 0, "fp": 0, "fn": 0} for part in PARTS}
+    empty = {"tp": 0, "fp": 0, "fn": 0}
+    for rule in rules:
+        row = [totals_by_part.get(part, {}).get(rule, empty) for part in PARTS]
+        for part, c in zip(PARTS, row):
+            for k in overall[part]:
+                overall[part][k] += c[k]
+        lines.append(f"{rule:28} {cells(row[0])} | {cells(row[1])}")
+    lines.append(f"{'all':28} {cells(overall[DEVELOPED])} | {cells(overall[BLIND])}")
+    summary = [f"realworld {part}: precision {ratio(c['tp'], c['tp'] + c['fp']):.2f} "
+               f"recall {ratio(c['tp'], c['tp'] + c['fn']):.2f} ({c['tp']}/{c['fp']}/{c['fn']})"
+               for part, c in overall.items()]
+    return lines, summary
+
+
 def describe(row):
     lines = ",".join(map(str, row["lines"])) or "whole file"
     return f"{row['repo']}@{row['commit'][:10]} {row['path']}:{lines} {row['rule']}: {row['note']}"
@@ -165,6 +201,7 @@ def main(argv=None):
 
     started = time.perf_counter()
     totals = defaultdict(lambda: {"tp": 0, "fp": 0, "fn": 0})
+    totals_by_part = {part: defaultdict(lambda: {"tp": 0, "fp": 0, "fn": 0}) for part in PARTS}
     listed = {"tp": [], "fp": [], "fn": [], "unjudged": [], "ambiguous": []}
     missing, failed, internal = [], [], []
     for name in sorted(by_folder):
@@ -178,9 +215,11 @@ def main(argv=None):
             failed.append(str(error))
             continue
         counts, events = score_folder(by_folder[name], findings)
+        part = part_of(by_folder[name][0]["repo"])
         for rule, c in counts.items():
             for k in c:
                 totals[rule][k] += c[k]
+                totals_by_part[part][rule][k] += c[k]
         for k in listed:
             listed[k].extend((name, e) for e in events[k])
     elapsed = time.perf_counter() - started
@@ -212,11 +251,15 @@ def main(argv=None):
         tp, fp, fn = tp + c["tp"], fp + c["fp"], fn + c["fn"]
         print(f"{rule:28} {c['tp']:>4} {c['fp']:>4} {c['fn']:>4} "
               f"{ratio(c['tp'], c['tp'] + c['fp']):>9.2f} {ratio(c['tp'], c['tp'] + c['fn']):>7.2f}")
+    split_lines, split_summary = split_table(totals_by_part)
+    print()
+    print("\n".join(split_lines))
     scored = [name for name in by_folder if name not in missing and not any(name in e for e in failed)]
     print(f"\nrepositories {len({name.split('@')[0] for name in scored})} "
           f"({len(scored)} checkouts), rows {sum(len(by_folder[n]) for n in scored)}, "
           f"unjudged findings {len(listed['unjudged'])}, ambiguous rows "
           f"{sum(1 for n in scored for r in by_folder[n] if r.get('ambiguous'))}, {elapsed:.1f} s")
+    print("\n".join(split_summary))
     print(f"realworld: precision {ratio(tp, tp + fp):.2f} recall {ratio(tp, tp + fn):.2f} "
           f"({tp}/{fp}/{fn})" + (f"; {len(internal)} internal errors" if internal else ""))
     return 1 if failed or missing or internal else 0
