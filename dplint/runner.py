@@ -274,9 +274,16 @@ def _run(paths: list[str], settings: Settings, fix: Optional[FixOptions], jobs: 
         scanned = scanned_text(source.text)
         matches = may_match(scanned, codes)
         if not matches:
-            # A file may still need parsing for what the project files it imports hold.
-            closure = project_for(roots).import_closure(path, scanned)
-            matches = bool(closure) and may_match(tokens_in((scanned, *closure.values()), catalog_parts), codes, scanned)
+            # A file may still need parsing for what the project files it imports hold. Read
+            # within the file's budget too: past it, the file is analysed (and budgeted) anyway.
+            try:
+                closure = call_with_deep_stack(project_for(roots).import_closure, path, scanned,
+                                               timeout=analysis_timeout(settings, path))
+            except AnalysisTimeout:
+                _PROJECTS.clear()
+                closure, matches = {}, True
+            else:
+                matches = bool(closure) and may_match(tokens_in((scanned, *closure.values()), catalog_parts), codes, scanned)
         if not matches:
             reports[path] = FileReport(path, dependencies=project_for(roots).hashes(closure))
             if cache is not None:

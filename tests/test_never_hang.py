@@ -318,3 +318,32 @@ def test_git_commit_through_the_local_hook_returns_on_such_a_project(tmp_path):
                              timeout=DEADLINE)
     assert blocked.returncode == 1, blocked.stdout + blocked.stderr
     assert TRAIN_FINDING in blocked.stdout + blocked.stderr
+
+
+LOOPING_PROJECT_RUN = '''
+import sys, time
+from dplint import runner
+from dplint.config import Settings
+from dplint.project import Project
+
+def importer_pieces(self, path):
+    while True:
+        pass
+Project.importer_pieces = importer_pieces
+started = time.monotonic()
+report = runner.run(sys.argv[1:], Settings(analysis_timeout=1.0), jobs=1)
+print(f"{time.monotonic() - started:.1f}")
+print(sorted(f.code for f in report.findings))
+'''
+
+
+def test_the_pre_filters_reading_of_the_project_is_within_the_budget_too(tmp_path):
+    """A file the pre-filter cannot clear by its own text has its imports' text read first, in
+    the runner: a loop there is stopped as one in the analysis is."""
+    (tmp_path / "helpers.py").write_text("def go():\n    return 1\n")
+    (tmp_path / "main.py").write_text("import helpers\n\nhelpers.go()\n")
+    result = subprocess.run([sys.executable, "-c", LOOPING_PROJECT_RUN, str(tmp_path / "main.py")],
+                            capture_output=True, text=True, timeout=DEADLINE)
+    assert result.returncode == 0, result.stderr
+    elapsed, codes = result.stdout.splitlines()
+    assert float(elapsed) < 15 and codes == "['DPL099']", result.stdout
