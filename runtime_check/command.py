@@ -88,7 +88,7 @@ def verify(ctx: click.Context, script: str, select, migration_original, migratio
     try:
         from dplint.runtime_check.cli import run_verify
     except ImportError as error:
-        click.echo(f"dplint: error: verify needs the runtime extra: pip install 'dplint[runtime]' ({error})", err=True)
+        click.echo(f"dplint: error: verify needs the runtime extra: pip install '.[runtime]' in a clone of dplint, or pip install torch ({error})", err=True)
         sys.exit(EXIT_ERROR)
     codes = None
     if select:

@@ -281,7 +281,7 @@ def visible_gpus() -> int:
     """CUDA devices here. A CPU build of torch says so in its version.py: no import needed."""
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
-        raise VerifyError("verify needs torch: pip install 'dplint[runtime]'")
+        raise VerifyError("verify needs torch: pip install '.[runtime]' in a clone of dplint, or pip install torch")
     try:
         with open(os.path.join(os.path.dirname(spec.origin), "version.py"), encoding="utf-8") as handle:
             if re.search(r"^cuda\s*(:[^=]*)?=\s*None\s*$", handle.read(), re.M):

@@ -35,7 +35,7 @@ def pytest_collection_finish(session):
 @pytest.fixture(scope="session")
 def verified():
     if not HAS_TORCH:
-        pytest.skip("needs torch (pip install 'dplint[runtime]')")
+        pytest.skip("needs torch (pip install '.[runtime]')")
     shared = Verified(NEEDED)
     yield shared
     shared.pool.shutdown(wait=True, cancel_futures=True)

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_FIXTURES = ROOT / "fixtures" / "runtime"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch (pip install 'dplint[runtime]')")
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch (pip install '.[runtime]')")
 
 # Distributed first: they take longest. (name, script arguments, VerifyOptions fields)
 PLANNED: list[tuple[str, tuple[str, ...], dict]] = [

@@ -359,7 +359,7 @@ def test_without_torch_one_line_error(command):
     done = subprocess.run([sys.executable, "-c", hide_torch + command], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
-    assert done.stderr.startswith("dplint: error: verify needs the runtime extra: pip install 'dplint[runtime]'")
+    assert done.stderr.startswith("dplint: error: verify needs the runtime extra: pip install '.[runtime]' in a clone of dplint")
 
 
 CWD_SCRIPT = """\
