@@ -353,23 +353,18 @@ def _sarif_rules() -> list[dict]:
     from dplint.registry import all_rules
     from dplint.runner import TIMEOUT_CODE, TIMEOUT_NAME
 
+    def meta_rule(code: str, name: str, short: str, full: str, help_text: str) -> dict:
+        """A code dplint reports about a file itself, not a rule's finding."""
+        return {"id": code, "name": name, "shortDescription": {"text": short}, "fullDescription": {"text": full},
+                "help": {"text": help_text}, "defaultConfiguration": {"level": "error"}}
+
     rules = [
-        {
-            "id": PARSE_ERROR_CODE,
-            "name": PARSE_ERROR_NAME,
-            "shortDescription": {"text": "a file that cannot be read, decoded or parsed"},
-            "fullDescription": {"text": "dplint could not read, decode or parse this file, so it checked nothing in it."},
-            "help": {"text": "Fix the syntax or encoding error; dplint reports what the parser said."},
-            "defaultConfiguration": {"level": "error"},
-        },
-        {
-            "id": TIMEOUT_CODE,
-            "name": TIMEOUT_NAME,
-            "shortDescription": {"text": "a file whose analysis ran past the per-file time budget"},
-            "fullDescription": {"text": "dplint stopped analysing this file after `analysis-timeout` seconds, so it checked nothing in it."},
-            "help": {"text": "Raise `analysis-timeout` (or `--analysis-timeout`); please report the file: no real file should need it."},
-            "defaultConfiguration": {"level": "error"},
-        },
+        meta_rule(PARSE_ERROR_CODE, PARSE_ERROR_NAME, "a file that cannot be read, decoded or parsed",
+                  "dplint could not read, decode or parse this file, so it checked nothing in it.",
+                  "Fix the syntax or encoding error; dplint reports what the parser said."),
+        meta_rule(TIMEOUT_CODE, TIMEOUT_NAME, "a file whose analysis ran past the per-file time budget",
+                  "dplint stopped analysing this file after `analysis-timeout` seconds, so it checked nothing in it.",
+                  "Raise `analysis-timeout` (or `--analysis-timeout`); please report the file: no real file should need it."),
     ]
     for rule in all_rules():
         documentation = rule.documentation()

@@ -275,29 +275,8 @@ def class_has_module(model: SemanticModel, class_node: cst.ClassDef) -> bool:
     for owner, node in classes:
         if any((dotted_name(base.value) or "").endswith("DataParallel") for base in node.bases):
             return True
-        if _sets_own_module(owner, node):
+        if _class_defines(owner, node, "module"):
             return True
-    return False
-
-
-def _sets_own_module(model: SemanticModel, class_node: cst.ClassDef) -> bool:
-    statements = class_node.body.body if isinstance(class_node.body, cst.IndentedBlock) else ()
-    for statement in statements:
-        if isinstance(statement, cst.FunctionDef) and statement.name.value in ("module", "__getattr__"):
-            return True
-        if isinstance(statement, cst.SimpleStatementLine) and any(
-            isinstance(small, (cst.Assign, cst.AnnAssign)) and "module" in _target_names(small) for small in statement.body
-        ):
-            return True
-    stack = [class_node.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Attribute) and node.attr.value == "module" and isinstance(node.value, cst.Name) \
-                and node.value.value == "self" and is_store(model, node):
-            return True
-        if isinstance(node, cst.ClassDef) and node is not class_node:
-            continue
-        stack.extend(model.children(node))
     return False
 
 

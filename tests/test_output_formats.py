@@ -9,21 +9,10 @@ import shutil
 import pytest
 
 from conftest import FIXTURES
+from test_reporters import DPL007_MESSAGE, DPL100_MESSAGE, SCRIPT  # the same script and messages
 from dplint.reporters import REPORTERS, gitlab, grouped, pylint
 from dplint.rule import Finding, Position, Severity
 
-SCRIPT = (
-    "from torch.utils.data import DataLoader, DistributedSampler\n"
-    "\n"
-    "sampler = DistributedSampler(dataset)\n"
-    "loader = DataLoader(dataset, batch_size=8, shuffle=True, sampler=sampler)\n"
-    "steps = 10  # noqa: DPL999\n"
-)
-DPL007_MESSAGE = (
-    "DataLoader gets a sampler and a true `shuffle`: it raises `ValueError: sampler option is mutually "
-    "exclusive with shuffle`; the DistributedSampler already shuffles, so drop `shuffle=`"
-)
-DPL100_MESSAGE = "Unused suppression `# noqa: DPL999`: no rule named `DPL999`"
 NOTEBOOK = "bad_sampler_across_cells.ipynb"
 
 
