@@ -70,9 +70,10 @@ class RunReport:
         return [finding for report in self.files for finding in report.applied]
 
 
-def problem_finding(path: str, message: str) -> Finding:
+def problem_finding(path: str, message: str, code: str = "DPL000", name: str = "parse-error") -> Finding:
+    """A finding about the file itself (unreadable, unparsable, not analysed), at its start."""
     location = Position(1, 1)
-    return Finding("DPL000", "parse-error", message, Severity.ERROR, path, location, location)
+    return Finding(code, name, message, Severity.ERROR, path, location, location)
 
 
 TIMEOUT_CODE, TIMEOUT_NAME = "DPL099", "analysis-timeout"
@@ -83,8 +84,7 @@ def timeout_finding(path: str, timeout: AnalysisTimeout) -> Finding:
     where = f" in {timeout.stage}" if timeout.stage else ""
     message = (f"analysis stopped after {timeout.seconds:g} s{where}: nothing in this file was checked "
                f"(raise `analysis-timeout` in the configuration, or `--analysis-timeout`, to allow more)")
-    location = Position(1, 1)
-    return Finding(TIMEOUT_CODE, TIMEOUT_NAME, message, Severity.ERROR, path, location, location)
+    return problem_finding(path, message, TIMEOUT_CODE, TIMEOUT_NAME)
 
 
 def cacheable(report: FileReport) -> bool:

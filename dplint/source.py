@@ -167,14 +167,22 @@ def python_syntax_error(text: str) -> Optional[tuple[str, int, int]]:
     exact, where LibCST's native parser often reports the end of the file. None when Python
     accepts the text (LibCST may still refuse syntax newer than it knows).
     """
+    return _complaint(text, ast.parse)
+
+
+def _complaint(text: str, read: Callable[[str], object]) -> Optional[tuple[str, int, int]]:
+    """What `read(text)` (Python's parser or compiler, which never run the code) says is wrong
+    with the text: (message, line, 1-based column), or None."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarning: invalid escape sequence, ...
-            ast.parse(text)
+            read(text)
     except SyntaxError as error:
         message = " ".join((error.msg or "invalid syntax").split())
         return (message, *_inside(text, error.lineno or 1, error.offset or 1))
-    except (ValueError, RecursionError, MemoryError) as error:  # null bytes, absurd nesting
+    except MemoryError:
+        return "too complex (Python's parser ran out of memory)", 1, 1
+    except (ValueError, RecursionError) as error:  # null bytes, absurd nesting
         return " ".join(str(error).split()) or type(error).__name__, 1, 1
     return None
 
@@ -209,22 +217,10 @@ def refused_by_every_python(text: str) -> Optional[tuple[str, int, int]]:
     except RecursionError:  # already deeper than that: compiled under the limit in force
         pass
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarning: invalid escape sequence, ...
-            compile(text, "<dplint>", "exec", dont_inherit=True)
-    except SyntaxError as error:
-        message = " ".join((error.msg or "invalid syntax").split())
-        problem = (message, *_inside(text, error.lineno or 1, error.offset or 1))
-    except (ValueError, RecursionError, MemoryError) as error:
-        reason = " ".join(str(error).split()) or type(error).__name__
-        if isinstance(error, MemoryError):
-            reason = "too complex (Python's parser ran out of memory)"
-        problem = (reason, 1, 1)
-    else:
-        return None
+        problem = _complaint(text, lambda source: compile(source, "<dplint>", "exec", dont_inherit=True))
     finally:
         sys.setrecursionlimit(previous)
-    if any(reason in problem[0] for reason in _REFUSED_BY_EVERY_PYTHON):
+    if problem is not None and any(reason in problem[0] for reason in _REFUSED_BY_EVERY_PYTHON):
         return problem
     return None
 
