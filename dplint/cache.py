@@ -25,14 +25,12 @@ import hashlib
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional
 
 from dplint import __version__
+from dplint.reports import FileReport
 from dplint.rule import Finding, finding_from_dict, finding_to_dict
-from dplint.source import SourceError, read_bytes
-
-if TYPE_CHECKING:
-    from dplint.runner import FileReport
+from dplint.source import SourceError, content_key, read_bytes
 
 MAX_RULE_SETS = 8  # results kept per file: the settings a project is commonly checked with
 MAX_ENTRIES = 50_000  # files per cache folder; past it the least recently used 20% go
@@ -42,10 +40,6 @@ PACK_MIN_FILES = 16  # runs over fewer files read and write each file's entry
 PACKS_LOOKED_UP = 2  # a file without an entry of its own is looked for in this many newest packs
 KEEP_VERSIONS = 3  # code versions kept side by side (an editable install changes often)
 TOUCH_AFTER_S = 24 * 3600  # a used entry's mtime is refreshed at most once a day (for eviction)
-
-
-def content_key(raw: bytes) -> str:
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def rule_set_key(codes: Iterable[str], dependencies: str = "") -> str:
@@ -245,7 +239,7 @@ class Cache:
                 return entry
         return None
 
-    def get(self, path: str, content: str, rules: str, known: Optional[dict] = None) -> Optional["FileReport"]:
+    def get(self, path: str, content: str, rules: str, known: Optional[dict] = None) -> Optional[FileReport]:
         """The cached report of `path` if its bytes still hash to `content`, it was checked
         with the rule set `rules` (`rule_set_key`) and the files it depends on are unchanged
         (`known`: the hashes of files just read, by absolute path), else None.
@@ -265,9 +259,7 @@ class Cache:
             self._pack_next[absolute] = packed
         return report
 
-    def _report(self, path: str, entry: dict, content: str, rules: str, known: Optional[dict]) -> Optional["FileReport"]:
-        from dplint.runner import FileReport
-
+    def _report(self, path: str, entry: dict, content: str, rules: str, known: Optional[dict]) -> Optional[FileReport]:
         if entry.get("hash") != content:
             return None
         result = entry["results"].get(rules)
@@ -315,7 +307,7 @@ class Cache:
         entry = self._pack.get(absolute)
         return entry if _valid_entry(entry, absolute) else None
 
-    def put(self, path: str, content: str, rules: str, report: "FileReport") -> None:
+    def put(self, path: str, content: str, rules: str, report: FileReport) -> None:
         absolute = os.path.abspath(path)
         entry = self._packed(absolute) or self._read(absolute)
         results = dict(entry["results"]) if entry is not None and entry.get("hash") == content else {}

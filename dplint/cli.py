@@ -252,7 +252,8 @@ def _run_once(*, fix_mode: bool, paths, select, ignore, extend_ignore, extend_se
     """One run. `watched`, when given, receives the paths whose changes call for another run."""
     from dplint.config import SEVERITY_ORDER, ConfigError, is_excluded, load_settings, parse_per_file_ignores
     from dplint.registry import UnknownRuleError, codes_for
-    from dplint.runner import FileReport, FixOptions, RunReport, files_to_check, process_stdin, run
+    from dplint.reports import FileReport, RunReport
+    from dplint.runner import FixOptions, files_to_check, process_stdin, run
 
     quiet = quiet or silent
     if add_noqa and (fix_mode or diff or list(paths) == ["-"] or stdin_filename is not None):

@@ -33,6 +33,10 @@ KEYS = (*SELECTOR_LISTS, "per-file-ignores", *GLOB_LISTS, "unsafe-fixes", "outpu
 LINT_KEYS = (*SELECTOR_LISTS, "per-file-ignores")
 DEFAULT_ANALYSIS_TIMEOUT = 10.0  # seconds one file's analysis may take (`analysis-timeout`)
 SEVERITY_ORDER = ("info", "warning", "error")  # `fail-on = X`: findings of X or worse exit 1
+# The `output-format` names, in the order messages list them: the names of the reporters
+# (`dplint.reporters.REPORTERS`; tests/test_layering.py checks that the two agree), kept here so
+# that reading a configuration imports no reporter.
+OUTPUT_FORMATS = ("text", "concise", "json", "json-lines", "github", "sarif", "junit", "full", "grouped", "pylint", "gitlab")
 
 
 class ConfigError(ValueError):
@@ -297,10 +301,8 @@ def _checked_value(path: str, key: str, value: Any) -> Any:
             raise fail("true or false")
         return value
     if key == "output-format":
-        from dplint.reporters import REPORTERS
-
-        if value not in REPORTERS:
-            raise fail(f"one of {', '.join(REPORTERS)}")
+        if value not in OUTPUT_FORMATS:
+            raise fail(f"one of {', '.join(OUTPUT_FORMATS)}")
         return value
     if key == "fail-on":
         if value not in SEVERITY_ORDER:

@@ -45,6 +45,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
+from dplint.distributed import callers_of, on_exclusive_branches
 from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, keyword_arg, literal_value
 from dplint.wrapper_classes import wrapping_built_by
 
@@ -610,4 +611,251 @@ def _runs_only_on_some_paths(model: SemanticModel, later: cst.CSTNode, earlier: 
                 continue
             if ancestor not in around_earlier:
                 return True
+    return False
+
+
+# ------------------------------------------------------------ the GPU of a process group's process
+# Without `torch.cuda.set_device(i)` the current device of every process is GPU 0, and the bare
+# `cuda` device (`x.cuda()`, `x.to("cuda")`, `torch.device("cuda")`) means the current device:
+# every rank of an NCCL group places its work on GPU 0. A `set_device` counts for a group only
+# where it runs in the process that starts the group: on the path of calls into the
+# `init_process_group` (its function and the functions of this file that call it), off the
+# other branch of a test than that path, or in a function one of those calls.
+SET_DEVICE = "torch.cuda.set_device"
+TORCH_DEVICE = "torch.device"
+# Calls into the project followed when looking for a `set_device` made on the script's behalf
+# (`utils.init_distributed_mode(args)` in many repositories).
+DEVICE_SEARCH_DEPTH = 3
+
+
+def bare_cuda_placements(model: SemanticModel) -> list[cst.Call]:
+    """Every `x.cuda()`, `x.to("cuda")`, `torch.device("cuda")` and torch call given
+    `device="cuda"` of the file, in order; the device also through a name every value of
+    which is bare `cuda` (`device = "cuda"` ... `x.to(device)`)."""
+    found = []
+    for site in model.calls:
+        call = site.node
+        if site.qualified_name == TORCH_DEVICE and len(call.args) == 1 and _holds_bare_cuda(model, call.args[0].value, call):
+            found.append(call)
+            continue
+        if site.qualified_name is not None and site.qualified_name.startswith("torch.") and site.qualified_name != TORCH_DEVICE:
+            device = argument(call, None, "device")
+            if device is not None and _holds_bare_cuda(model, device, call):
+                found.append(call)
+            continue
+        if not isinstance(call.func, cst.Attribute) or site.qualified_name is not None:
+            continue  # other module functions
+        method = call.func.attr.value
+        if method == "cuda" and not call.args:
+            found.append(call)
+        elif method == "to" and call.args and call.args[0].keyword is None and _holds_bare_cuda(model, call.args[0].value, call):
+            found.append(call)
+    return found
+
+
+def _holds_bare_cuda(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """A bare `cuda` literal, or a name each known value of which is one (none unknown)."""
+    if is_bare_cuda(expr):
+        return True
+    if not isinstance(expr, cst.Name):
+        return False
+    values = model.flow.values_at(expr, at)
+    return bool(values) and all(value.known and is_bare_cuda(value.expr) for value in values)
+
+
+def is_bare_cuda(expr: cst.BaseExpression) -> bool:
+    """`"cuda"`, or `"cuda" if torch.cuda.is_available() else "cpu"`: bare `cuda` on the GPU path."""
+    if isinstance(expr, cst.IfExp):
+        branches = (expr.body, expr.orelse)
+        return any(is_bare_cuda(b) for b in branches) and all(is_bare_cuda(b) or _names(b, "cpu") for b in branches)
+    return _names(expr, "cuda")
+
+
+def _names(expr: cst.BaseExpression, device: str) -> bool:
+    try:
+        return literal_value(expr) == device
+    except ValueError:
+        return False
+
+
+def selects_a_device(model: SemanticModel, depth: int = DEVICE_SEARCH_DEPTH, seen: Optional[set] = None) -> bool:
+    """`set_device` anywhere in the file or in a project function it calls; a
+    CUDA_VISIBLE_DEVICES write (each process then sees its own GPU as GPU 0)."""
+    seen = set() if seen is None else seen
+    if id(model) in seen:
+        return False
+    seen.add(id(model))
+    if VISIBLE_DEVICES in model.text or any(site.qualified_name == SET_DEVICE for site in model.calls):
+        return True
+    return depth > 0 and any(
+        _other_file_selects(model, site, depth, seen) for site in model.calls)
+
+
+def _other_file_selects(model: SemanticModel, site, depth: int, seen: set) -> bool:
+    if site.qualified_name is not None and site.qualified_name.startswith("torch"):
+        return False
+    callee = model.flow.callee(site.node)
+    return callee is not None and callee.model is not model and selects_a_device(callee.model, depth - 1, seen)
+
+
+def owner_def(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return ancestor
+    return None
+
+
+@dataclass
+class GroupProcess:
+    """What the process that starts one process group runs, as far as its file shows.
+
+    `path` holds (function, node) for the init's function and every function of the file
+    that calls into it (the node being the init or the call on the way to it; function None
+    for module level); `entries` are the outermost of those functions, and `outside` the
+    calls of other files into an entry (caller's model, call)."""
+
+    path: list
+    entries: list
+    outside: list
+    unseen_entry: bool  # an entry nobody visibly calls (a spawn target, a framework's hook)
+
+
+def group_process(model: SemanticModel, init: cst.Call) -> GroupProcess:
+    path, entries, outside, unseen = [], [], [], False
+    pending, seen = [(owner_def(model, init), init)], set()
+    while pending:
+        function, node = pending.pop()
+        if (function, id(node)) in seen:
+            continue
+        seen.add((function, id(node)))
+        path.append((function, node))
+        if function is None:
+            continue
+        callers = callers_of(model, function)
+        pending += [(owner_def(model, call), call) for call in callers]
+        if callers:
+            continue
+        entries.append(function)
+        sites = model.flow.all_call_sites(function) or []
+        others = [(caller, call) for caller, call, _ in sites if caller is not model]
+        outside += others
+        unseen |= not others
+    return GroupProcess(path, entries, outside, unseen)
+
+
+def late_set_device(model: SemanticModel, init: cst.Call) -> Optional[tuple[cst.Call, cst.Call]]:
+    """(set_device, placement) where the only GPU selection of the group's process is a
+    `set_device` of the init's own function that runs after a bare `cuda` placement of that
+    function (`model = Net().cuda()` then `torch.cuda.set_device(local_rank)`): the current
+    device was GPU 0 when the placement ran, and the tensor stays there; None otherwise."""
+    function = owner_def(model, init)
+    selections = [site.node for site in model.calls if site.qualified_name == SET_DEVICE
+                  and owner_def(model, site.node) is function and not on_exclusive_branches(model, site.node, init)]
+    if not selections:
+        return None
+    # `torch.device("cuda")` only names "the current device" for later placements: no tensor yet.
+    placements = [p for p in bare_cuda_placements(model) if owner_def(model, p) is function
+                  and model.qualified_name(p.func) != TORCH_DEVICE and not on_exclusive_branches(model, p, init)]
+    late = []
+    for selection in selections:
+        earlier = [p for p in placements if model.order(p) < model.order(selection)
+                   and not on_exclusive_branches(model, p, selection)]
+        if not earlier:
+            return None
+        late.append((selection, earlier[0]))
+    if selects_a_device_for(model, init, ignored={id(node) for node in selections}):
+        return None
+    return late[0]
+
+
+def selects_a_device_for(model: SemanticModel, init: cst.Call, ignored: frozenset = frozenset()) -> bool:
+    """Whether a GPU is selected in the process that makes `init`: a `set_device` in a
+    function on its path of calls, not on the other branch of a test than that path
+    (`if args.distributed: init_process_group(...)` / `elif gpu: set_device(gpu)`), or in a
+    function such a call runs (three calls deep, across files). Where an entry of the path
+    is called by nobody the file shows (an `mp.spawn` target, a hook), a `set_device` of any
+    other function of the file may run there first, and counts. `ignored`: set_device calls
+    left out (see late_set_device)."""
+    if VISIBLE_DEVICES in model.text:
+        return True
+    process = group_process(model, init)
+    on_path = {function for function, _ in process.path}
+    excluded = set()
+    for site in model.calls:
+        function = owner_def(model, site.node)
+        if function not in on_path:
+            continue
+        for owner, node in process.path:
+            if owner is function and on_exclusive_branches(model, site.node, node) or id(site.node) in ignored:
+                excluded.add(id(site.node))
+                break
+        else:
+            if _runs_set_device(model, site, DEVICE_SEARCH_DEPTH, set(on_path)):
+                return True
+    if not process.unseen_entry:
+        return False
+    return any(owner_def(model, site.node) not in on_path and id(site.node) not in excluded
+               and _runs_set_device(model, site, DEVICE_SEARCH_DEPTH, set(on_path)) for site in model.calls)
+
+
+def _runs_set_device(model: SemanticModel, site, depth: int, seen: set) -> bool:
+    """`set_device(...)` itself, or a call of a project function whose body runs one (not
+    one in `seen`: the path's own functions are judged branch by branch)."""
+    if site.qualified_name == SET_DEVICE:
+        return True
+    if depth <= 0 or site.qualified_name is not None and site.qualified_name.startswith("torch"):
+        return False
+    callee = model.flow.callee(site.node)
+    if callee is None:
+        return False
+    if callee.model is not model:
+        return selects_a_device(callee.model, depth - 1)
+    function = callee.node if isinstance(callee.node, cst.FunctionDef) else None
+    if function is None or function in seen:
+        return False
+    seen.add(function)
+    return any(owner_def(model, other.node) is function and _runs_set_device(model, other, depth - 1, seen)
+               for other in model.calls)
+
+
+def caller_placements(model: SemanticModel, init: cst.Call) -> list[tuple[SemanticModel, cst.Call]]:
+    """A helper that starts the group for other files (`utils.init_distributed_mode(args)`):
+    the process goes on in each caller's file, so its bare `cuda` placements are the
+    group's too, in every caller file that selects no GPU itself, except those on the other
+    branch of a test than the call."""
+    found = []
+    process = group_process(model, init)
+    for caller, call in process.outside:
+        if caller_selects_a_device(caller, model, process):
+            continue
+        found += [(caller, placement) for placement in bare_cuda_placements(caller)
+                  if not on_exclusive_branches(caller, placement, call)]
+    return found
+
+
+def caller_selects_a_device(caller: SemanticModel, model: SemanticModel, process: GroupProcess) -> bool:
+    """Whether another file that calls into the group's process selects a GPU itself: a
+    `set_device` or CUDA_VISIBLE_DEVICES write of its own, or a call of a function that runs
+    one; the functions of the group's own path are left out, being judged branch by branch
+    (`parse_gpu(args)` whose other platform's branch sets the device is no selection)."""
+    if VISIBLE_DEVICES in caller.text:
+        return True
+    on_path = {function for function, _ in process.path}
+    for site in caller.calls:
+        if site.qualified_name == SET_DEVICE:
+            return True
+        if site.qualified_name is not None and site.qualified_name.startswith("torch"):
+            continue
+        callee = caller.flow.callee(site.node)
+        if callee is None or callee.model is caller:
+            continue
+        if callee.model is not model:
+            if selects_a_device(callee.model, DEVICE_SEARCH_DEPTH - 1, {id(caller), id(model)}):
+                return True
+            continue
+        function = callee.node if isinstance(callee.node, cst.FunctionDef) else None
+        if function is not None and function not in on_path and any(
+                owner_def(model, other.node) is function and _runs_set_device(model, other, DEVICE_SEARCH_DEPTH - 1, set(on_path))
+                for other in model.calls):
+            return True
     return False

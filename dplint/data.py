@@ -53,7 +53,10 @@ LOADER_SAMPLER = (3, "sampler")
 # num_workers=0, **kwargs)` hands every other argument to torch's by keyword. Any other
 # library's `DataLoader` is unknown. timm's `MultiEpochsDataLoader(*args, **kwargs)` hands
 # all to torch's, then re-iterates torch's batch sampler forever (each pass calls
-# `iter(sampler)` again: the sampler's epoch still picks the order).
+# `iter(sampler)` again: the sampler's epoch still picks the order). torchdata's
+# `StatefulDataLoader(dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
+# ...)` subclasses torch's with the same parameters, adds a resumable state, and never calls
+# the sampler's `set_epoch`.
 _PYG_ARGUMENTS = {"shuffle": (2, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
 _TORCH_ARGUMENTS = {"shuffle": LOADER_SHUFFLE, "sampler": LOADER_SAMPLER, "batch_sampler": (4, "batch_sampler")}
 _KEYWORD_ARGUMENTS = {"shuffle": (None, "shuffle"), "sampler": (None, "sampler"), "batch_sampler": (None, "batch_sampler")}
@@ -64,9 +67,17 @@ LOADER_CLASSES = {
     "torch_geometric.data.DataLoader": _PYG_ARGUMENTS,
     "timm.data.loader.MultiEpochsDataLoader": _TORCH_ARGUMENTS,
     "timm.data.MultiEpochsDataLoader": _TORCH_ARGUMENTS,
+    "torchdata.stateful_dataloader.StatefulDataLoader": _TORCH_ARGUMENTS,
+    "torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader": _TORCH_ARGUMENTS,
     "monai.data.DataLoader": _KEYWORD_ARGUMENTS,
     "monai.data.dataloader.DataLoader": _KEYWORD_ARGUMENTS,
 }
+# A class of this file derived from torch's DataLoader that hands its `**kwargs` to
+# `super().__init__` (see `_class_forwards_to_loader`), picked beside torch's by a
+# conditional (`loader = DataLoader if image_weights else InfiniteDataLoader`): its
+# `sampler=` reaches DataLoader's; only keywords are read, positions may differ.
+FORWARDING_SUBCLASS = "a DataLoader subclass of this file"
+LOADER_CLASSES[FORWARDING_SUBCLASS] = _KEYWORD_ARGUMENTS
 
 
 def is_loader_call(model: SemanticModel, call: cst.Call) -> bool:
@@ -88,8 +99,9 @@ def loader_class(model: SemanticModel, call: cst.Call) -> Optional[str]:
         return None
     if not isinstance(binding.node, cst.Param):
         # `loader_class = DataLoader` / `if fast: loader_class = MultiEpochsDataLoader`
-        classes = {model.qualified_name(other.value) if other.value is not None else None
-                   for other in model.bindings.get(binding.key, ()) if other.scope is binding.scope}
+        classes = {_loader_class_named(model, value)
+                   for other in model.bindings.get(binding.key, ()) if other.scope is binding.scope
+                   for value in _branches(other.value)}
         if not classes or not all(name in LOADER_CLASSES for name in classes):
             return None
         # the one taking the fewest arguments by position: where they differ, keywords only
@@ -102,6 +114,23 @@ def loader_class(model: SemanticModel, call: cst.Call) -> Optional[str]:
         given = model.flow.parameter_argument(site, function, param.name.value, bound)
         names.add(None if given is None else (model if given is param.default else caller).qualified_name(given))
     return names.pop() if len(names) == 1 and next(iter(names)) in LOADER_CLASSES else None
+
+
+def _branches(value: Optional[cst.BaseExpression]) -> list:
+    """The values a conditional expression may give (`A if test else B`), or the value itself."""
+    if isinstance(value, cst.IfExp):
+        return [*_branches(value.body), *_branches(value.orelse)]
+    return [value]
+
+
+def _loader_class_named(model: SemanticModel, value: Optional[cst.BaseExpression]) -> Optional[str]:
+    if value is None:
+        return None
+    name = model.qualified_name(value)
+    if name is None and isinstance(value, cst.Name) and value.value in model.classes:
+        if _class_forwards_to_loader(model, model.classes[value.value]):
+            return FORWARDING_SUBCLASS
+    return name
 
 
 def loader_argument(model: SemanticModel, call: cst.Call, which: str) -> Optional[cst.BaseExpression]:
@@ -301,6 +330,8 @@ class SamplerFlow:
     # It reached a loader or batch sampler class of the project, whose `epoch` attribute
     # (`loader.epoch = n`) its own code may hand to the sampler.
     project_holder: bool = False
+    # (function, call): the sampler's own function returns it to that call only (one instance).
+    only_site: Optional[tuple] = None
 
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -462,10 +493,37 @@ def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
     return False
 
 
+# A factory called from more places than this is not traced once per call.
+MAX_FACTORY_CALLS = 8
+
+
 def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
-    """Follow a sampler construction through names, loaders and batch samplers."""
+    """Follow a sampler construction through names, loaders and batch samplers.
+
+    A function that builds the sampler each time it runs returns a new sampler to each of
+    its calls: `set_epoch` on the evaluation loader one call made (`build_loader(test_set)`)
+    does not move the epoch of the training loader another call made. Where `set_epoch` is
+    found, each call of the function is followed on its own, and the iterations of the calls
+    whose sampler never gets an epoch are what is left."""
     flow = SamplerFlow(sampler)
     _follow(model, sampler, (), flow, set(), True)
+    function = _enclosing_function(model, sampler)
+    if not flow.sets_epoch or flow.escapes or not isinstance(function, cst.FunctionDef):
+        return flow
+    sites = model.flow.all_call_sites(function) or ()
+    if not 2 <= len(sites) <= MAX_FACTORY_CALLS:
+        return flow
+    instances = []
+    for _, call, _ in sites:
+        instance = SamplerFlow(sampler, only_site=(function, call))
+        _follow(model, sampler, (), instance, set(), True)
+        instances.append(instance)
+    if any(instance.escapes for instance in instances) or all(instance.sets_epoch for instance in instances):
+        return flow
+    flow.sets_epoch = False
+    flow.holders = [holder for instance in instances if not instance.sets_epoch for holder in instance.holders]
+    flow.iterations = [it for instance in instances for it in instance.iterations
+                       if it.replays or not instance.sets_epoch]
     return flow
 
 
@@ -524,6 +582,21 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
                     if binding is not None:
                         _follow_binding(model, binding, path[1:], flow, seen, certain)
                         return
+        if isinstance(parent, cst.Element) and isinstance(model.parent(parent), cst.Tuple):
+            # `(train_sampler, train_dl), (_, val_dl) = build(train), build(val)`: the element's
+            # own target is unpacked again.
+            assign, target = _unpacked_target(model, model.parent(parent), parent)
+            if isinstance(target, (cst.Tuple, cst.List)) and index < len(target.elements) and not any(
+                    isinstance(e, cst.StarredElement) for e in target.elements):
+                key = model.binding_key(target.elements[index].value, assign)
+                binding = next((b for b in model.bindings.get(key or "", ()) if b.node is assign), None)
+                if binding is not None:
+                    _follow_binding(model, binding, path[1:], flow, seen, certain)
+                    return
+        if isinstance(parent, cst.IfExp) and occurrence is not parent.test:
+            # `(_, extra_dl) = build(extra) if extra else (None, None)`: the tuple on one branch.
+            _follow(model, parent, path, flow, seen, False)
+            return
         if isinstance(parent, cst.Return) or _only_tested(parent, occurrence):
             if isinstance(parent, cst.Return):
                 _follow_return(model, parent, path, flow, seen, certain)
@@ -573,19 +646,26 @@ def _unpacked_binding(model: SemanticModel, values: cst.Tuple, element: cst.Elem
     """`sampler, shuffle = DistributedSampler(ds), False`: the binding of the target at the
     element's position, when a tuple literal is unpacked into as many plain targets (also
     one branch of `(DistributedSampler(ds), False) if ddp else (None, True)`)."""
+    assign, target = _unpacked_target(model, values, element)
+    key = model.binding_key(target, assign) if target is not None else None
+    return next((b for b in model.bindings.get(key or "", ()) if b.node is assign), None)
+
+
+def _unpacked_target(model: SemanticModel, values: cst.Tuple, element: cst.Element):
+    """(the assignment, the target at the element's position) where a tuple literal is
+    unpacked into as many targets; (None, None) otherwise."""
     value = values
     while isinstance(model.parent(value), cst.IfExp) and model.parent(value).test is not value:
         value = model.parent(value)
     assign = model.parent(value)
     if not isinstance(assign, cst.Assign) or assign.value is not value or len(assign.targets) != 1:
-        return None
+        return None, None
     targets = assign.targets[0].target
     if not isinstance(targets, (cst.Tuple, cst.List)) or len(targets.elements) != len(values.elements) or any(
             isinstance(e, cst.StarredElement) for e in (*targets.elements, *values.elements)):
-        return None
+        return None, None
     index = next(i for i, e in enumerate(values.elements) if e is element)
-    key = model.binding_key(targets.elements[index].value, assign)
-    return next((b for b in model.bindings.get(key or "", ()) if b.node is assign), None)
+    return assign, targets.elements[index].value
 
 
 def _operand_of_test(model: SemanticModel, operation: Optional[cst.CSTNode]) -> bool:
@@ -679,7 +759,9 @@ def _follow_dict(model: SemanticModel, occurrence: cst.CSTNode, parent: Optional
         if parent.attr.value == "keys":
             return
         call = model.parent(parent)
-        if parent.attr.value == "get" and isinstance(call, cst.Call) and call.func is parent and call.args:
+        if parent.attr.value in ("get", "pop", "setdefault") and isinstance(call, cst.Call) and call.func is parent and call.args:
+            # `d.get(k)` / `d.pop(k)` reads entry k (pop also removes it); another literal key
+            # (`cfg.pop("shuffle")`) leaves this entry in place.
             key = _key_step(call.args[0].value)
             if _same_entry(entry, key):
                 _follow(model, call, path[1:], flow, seen, False)
@@ -877,9 +959,13 @@ def _forwards_to_loader(model: SemanticModel, call: cst.Call) -> bool:
     callee = model.flow.callee(call)
     if callee is None or not isinstance(callee.node, cst.ClassDef):
         return False
-    if not any(callee.model.qualified_name(base.value) == DATA_LOADER for base in callee.node.bases):
+    return _class_forwards_to_loader(callee.model, callee.node)
+
+
+def _class_forwards_to_loader(model: SemanticModel, node: cst.ClassDef) -> bool:
+    if not any(model.qualified_name(base.value) == DATA_LOADER for base in node.bases):
         return False
-    init = class_method(callee.node, "__init__")
+    init = class_method(node, "__init__")
     if init is None:
         return True
     params = init.params
@@ -900,6 +986,22 @@ def _formats_text(call: cst.Call) -> bool:
             and isinstance(func.value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
+def _entry_popped(model: SemanticModel, call: cst.Call, keyword: str) -> bool:
+    """A `name.pop("<keyword>")` in the function of a call splatting `**name`."""
+    names = {arg.value.value for arg in call.args if arg.star == "**" and isinstance(arg.value, cst.Name)}
+    function = enclosing_function(model, call)
+    for site in model.calls:
+        method = site.node.func
+        if (isinstance(method, cst.Attribute) and method.attr.value == "pop" and isinstance(method.value, cst.Name)
+                and method.value.value in names and site.node.args and enclosing_function(model, site.node) is function):
+            try:
+                if literal_value(site.node.args[0].value) == keyword:
+                    return True
+            except ValueError:
+                return True  # a key we can't tell may be this one
+    return False
+
+
 def _follow_splatted_entry(model: SemanticModel, call: cst.Call, path: tuple[str, ...], flow: SamplerFlow, seen: set,
                            certain: bool) -> None:
     """`DataLoader(ds, **kwargs)` where an entry of the dict reaches the sampler
@@ -914,6 +1016,8 @@ def _follow_splatted_entry(model: SemanticModel, call: cst.Call, path: tuple[str
         flow.escapes = True  # an entry we can't name
         return
     (keyword,) = keys
+    if _entry_popped(model, call, keyword):
+        return  # `kwargs.pop("sampler")` in the same function: the call may not get it
     if loader_class(model, call) is not None:
         if keyword in ("sampler", "batch_sampler"):
             _follow(model, call, (keyword, *path[1:]), flow, seen, certain)
@@ -1019,6 +1123,8 @@ def _follow_return(model: SemanticModel, statement: cst.Return, path: tuple[str,
     seen.add((function, path))
     certain = certain and len(model.flow.own_returns(function)) == 1  # other returns: not always this one
     flow.returned_elsewhere = flow.returned_elsewhere or not path and any(caller is not model for caller, _, _ in sites)
+    if flow.only_site is not None and flow.only_site[0] is function:
+        sites = [site for site in sites if site[1] is flow.only_site[1]]
     for caller, call, _ in sites:
         _follow(caller, call, path, flow, seen, certain)
 
@@ -1293,9 +1399,28 @@ def is_tqdm(model: SemanticModel, func: cst.BaseExpression) -> bool:
     """`tqdm(...)`: imported here, or by a project module this file star-imports
     (`from utils import *` where utils.py does `from tqdm import tqdm`)."""
     name = model.qualified_name(func)
+    if name in TQDM_NAMES or _tqdm_subclass(model, func, name):
+        return True
     if name is not None or not isinstance(func, cst.Name) or func.value in model.bindings:
-        return name in TQDM_NAMES
+        return False
     return _star_imported(model, func.value) in TQDM_NAMES
+
+
+def _tqdm_subclass(model: SemanticModel, func: cst.BaseExpression, name: Optional[str]) -> bool:
+    """A class of the file or project derived from tqdm (`class TQDM(tqdm_original)` that only
+    changes the bar's format): iterating it iterates its argument once, like tqdm."""
+    found = None
+    if isinstance(func, cst.Name) and func.value in model.classes and name is None:
+        found = (model, model.classes[func.value])
+    elif name is not None and model.project is not None and not name.startswith(("tqdm.", "torch.")):
+        try:
+            found = model.project.resolve(name, model)
+        except Exception:  # a project that cannot answer: not known to be tqdm
+            found = None
+    if not found or not isinstance(found[1], cst.ClassDef):
+        return False
+    other, node = found
+    return any(other.qualified_name(base.value) in TQDM_NAMES for base in node.bases)
 
 
 def _star_imported(model: SemanticModel, name: str) -> Optional[str]:

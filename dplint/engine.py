@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from dplint.fast_cst import parse_module
 from dplint.registry import all_rules
@@ -28,12 +27,11 @@ from dplint.rule import (
 )
 from dplint.semantic import SemanticModel
 from dplint.project import owns
+from dplint.reports import PARSE_ERROR_CODE, PARSE_ERROR_NAME
 from dplint.source import LINE_BREAK, call_with_deep_stack, line_starts, python_syntax_error, refused_by_every_python, scanned_text, set_stage
 from dplint.suppressions import apply_suppressions
 
 MAX_FIX_ROUNDS = 10
-PARSE_ERROR_CODE = "DPL000"
-PARSE_ERROR_NAME = "parse-error"
 
 
 class InternalError(Exception):

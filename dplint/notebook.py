@@ -15,6 +15,10 @@ outputs, metadata, ids, the JSON's indentation and its final newline stay. `fix 
 the patch of the JSON text as stored, which `git apply` and `patch` take.
 Notebooks that cannot be read (invalid JSON, nbformat 3, no cells list) are one DPL000 line.
 Notebooks whose kernel is not Python are passed over.
+
+This module turns cells into one text and findings back into cells, and runs nothing: the
+runner (`dplint.runner.process_notebook_file`) reads a notebook, lints or fixes its text and
+writes it back.
 """
 
 from __future__ import annotations
@@ -24,14 +28,10 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Optional, Union
 
 from dplint.rule import Finding, Position, TextEdit
 from dplint.source import LINE_BREAK
-
-if TYPE_CHECKING:
-    from dplint.config import Settings
-    from dplint.runner import FileReport, FixOptions
 
 NOTEBOOK_SUFFIX = ".ipynb"
 # Between two cells in the joined module. A comment on its own line: no fix anchors on it, and
@@ -356,65 +356,6 @@ def _read_for_positions(path: str) -> Optional[Notebook]:
             return loads(handle.read())
     except (OSError, UnicodeDecodeError, NotebookError):
         return None
-
-
-def process_notebook_text(raw: str, path: str, settings: "Settings", fix: Optional["FixOptions"],
-                          bom: bool = False) -> "FileReport":
-    """Lint (or fix) a notebook's JSON text; a fix puts the new JSON in `fixed_text` and its
-    patch in `diff` (`bom`: the file starts with a UTF-8 BOM, which `raw` does not carry)."""
-    from dplint.diffs import unified_diff
-    from dplint.runner import FileReport, problem_finding, process_text_guarded
-
-    try:
-        notebook = loads(raw)
-    except NotebookError as error:
-        return FileReport(path, [problem_finding(path, str(error))])
-    if not notebook.cells:
-        return FileReport(path)
-    report = process_text_guarded(notebook.text, path, settings, fix)
-    report.diff = ""
-    fixed = notebook  # the findings left after a fix are positions in the fixed cells
-    if report.fixed_text is not None:
-        sources = notebook.split(report.fixed_text)
-        fixed = notebook.laid_out_as(report.fixed_text)
-        report.fixed_text = None
-        if sources is None:
-            report.errors.append(f"{path}: internal error: a fix crossed a cell boundary; the notebook is unchanged")
-            report.applied = []
-        else:
-            report.fixed_text = notebook.dumps(sources)
-            report.diff = unified_diff(raw, report.fixed_text, path, bom=bom, encoding="utf-8")
-    report.findings = [relocate(finding, fixed) for finding in report.findings]
-    report.applied = [relocate(finding, notebook) for finding in report.applied]
-    return report
-
-
-def process_notebook_file(path: str, settings: "Settings", fix: Optional["FixOptions"]) -> "FileReport":
-    """`runner.process_file` for a notebook: read, lint or fix, write back in place."""
-    from dplint.runner import FileReport, problem_finding
-    from dplint.source import SourceError, read_source, write_atomic
-
-    try:
-        source = read_source(path)
-        raw = source.raw.decode("utf-8-sig")
-    except SourceError as error:
-        return FileReport(path, [problem_finding(path, str(error))])
-    except UnicodeDecodeError as error:
-        return FileReport(path, [problem_finding(path, f"cannot read notebook: not UTF-8 (byte {error.start})")])
-    has_bom = source.raw.startswith(b"\xef\xbb\xbf")
-    report = process_notebook_text(raw, path, settings, fix, bom=has_bom)
-    if fix is not None and fix.write and report.fixed_text is not None:
-        bom = "\ufeff" if has_bom else ""
-        try:
-            if read_source(path).raw != source.raw:
-                report.errors.append(f"{path}: changed while being fixed; the fix was not written")
-                report.applied = []
-            else:
-                write_atomic(path, (bom + report.fixed_text).encode("utf-8"))
-        except (SourceError, OSError) as error:
-            report.errors.append(f"{path}: cannot write the fix: {getattr(error, 'strerror', None) or error}; the file is unchanged")
-            report.applied = []
-    return report
 
 
 # ---------------------------------------------------------------------------- cells for code frames

@@ -32,8 +32,7 @@ import re
 import weakref
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from dplint.cache import content_key
-from dplint.source import SourceError, read_source, refused_by_every_python, scanned_text
+from dplint.source import SourceError, content_key, read_source, refused_by_every_python, scanned_text
 
 if TYPE_CHECKING:  # LibCST is imported only when a file is really parsed (warm runs never are)
     import libcst as cst
@@ -1058,6 +1057,10 @@ class _ScannedText:
             wanted = holders - set(names)
             if not wanted:
                 break
+        if found:
+            # The import lines naming what those statements use: `DDP(model)` is a wrapper
+            # only through `from torch.nn.parallel import DistributedDataParallel as DDP`.
+            found.extend(line + "\n" for line in self.import_lines_using(set(_WORD.findall("".join(found)))))
         return "".join(found), users
 
     def _code_segments(self) -> tuple[list[tuple[str, Optional[str], set[str]]], str]:

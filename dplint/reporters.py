@@ -349,9 +349,8 @@ def repository_root(start: Optional[str] = None) -> str:
 
 
 def _sarif_rules() -> list[dict]:
-    from dplint.engine import PARSE_ERROR_CODE, PARSE_ERROR_NAME
     from dplint.registry import all_rules
-    from dplint.runner import TIMEOUT_CODE, TIMEOUT_NAME
+    from dplint.reports import PARSE_ERROR_CODE, PARSE_ERROR_NAME, TIMEOUT_CODE, TIMEOUT_NAME
 
     def meta_rule(code: str, name: str, short: str, full: str, help_text: str) -> dict:
         """A code dplint reports about a file itself, not a rule's finding."""

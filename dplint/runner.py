@@ -12,15 +12,15 @@ import gc
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
-from dplint.cache import content_key
 from dplint.config import Settings, is_excluded
 from dplint.discovery import discover
-from dplint.rule import Finding, Position, Severity
-from dplint.source import (AnalysisTimeout, SourceError, call_with_deep_stack, decode, read_bytes, read_source, scanned_text,
-                           write_atomic)
+from dplint.reports import FileReport, RunReport, cacheable, problem_finding, timeout_finding
+from dplint.rule import Finding
+from dplint.source import (AnalysisTimeout, SourceError, call_with_deep_stack, content_key, decode, read_bytes, read_source,
+                           scanned_text, write_atomic)
 
 PARALLEL_THRESHOLD = 8  # below this many files a process pool costs more than it saves
 # A run keeps every parsed file's tree (the project's models), millions of objects that
@@ -37,60 +37,6 @@ class FixOptions:
     unsafe: bool = False
     only_codes: Optional[frozenset[str]] = None  # --rule
     write: bool = True  # False with --diff
-
-
-@dataclass
-class FileReport:
-    path: str
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # internal errors
-    facts: dict = field(default_factory=dict)
-    applied: list[Finding] = field(default_factory=list)  # fixes applied (fix mode)
-    diff: str = ""  # unified diff of the fix (fix mode)
-    fixed_text: Optional[str] = None  # for stdin
-    fixed_bytes: Optional[bytes] = None  # for stdin: the fixed text in the input's encoding, its BOM kept
-    dependencies: dict = field(default_factory=dict)  # other project files read: {path: hash}
-
-
-@dataclass
-class RunReport:
-    files: list[FileReport]
-    checked: int
-
-    @property
-    def findings(self) -> list[Finding]:
-        return sorted((f for report in self.files for f in report.findings), key=lambda f: f.sort_key)
-
-    @property
-    def errors(self) -> list[str]:
-        return [error for report in self.files for error in report.errors]
-
-    @property
-    def applied(self) -> list[Finding]:
-        return [finding for report in self.files for finding in report.applied]
-
-
-def problem_finding(path: str, message: str, code: str = "DPL000", name: str = "parse-error") -> Finding:
-    """A finding about the file itself (unreadable, unparsable, not analysed), at its start."""
-    location = Position(1, 1)
-    return Finding(code, name, message, Severity.ERROR, path, location, location)
-
-
-TIMEOUT_CODE, TIMEOUT_NAME = "DPL099", "analysis-timeout"
-
-
-def timeout_finding(path: str, timeout: AnalysisTimeout) -> Finding:
-    """The one finding of a file whose analysis ran out of time: nothing in it was checked."""
-    where = f" in {timeout.stage}" if timeout.stage else ""
-    message = (f"analysis stopped after {timeout.seconds:g} s{where}: nothing in this file was checked "
-               f"(raise `analysis-timeout` in the configuration, or `--analysis-timeout`, to allow more)")
-    return problem_finding(path, message, TIMEOUT_CODE, TIMEOUT_NAME)
-
-
-def cacheable(report: FileReport) -> bool:
-    """Whether the report is the file's result (not an internal error, not a stopped analysis,
-    whose next run may have more time)."""
-    return not report.errors and not any(finding.code == TIMEOUT_CODE for finding in report.findings)
 
 
 def analysis_timeout(settings: Settings, path: Optional[str] = None) -> Optional[float]:
@@ -155,8 +101,6 @@ def process_text_guarded(text: str, path: str, settings: Settings, fix: Optional
 def process_file(path: str, settings: Settings, fix: Optional[FixOptions],
                  roots: Optional[tuple[str, ...]] = None) -> FileReport:
     if path.endswith(".ipynb"):  # notebooks: code cells joined into one module (dplint/notebook.py)
-        from dplint.notebook import process_notebook_file
-
         return process_notebook_file(path, settings, fix)
     try:
         source = read_source(path)
@@ -180,6 +124,62 @@ def process_file(path: str, settings: Settings, fix: Optional[FixOptions],
             problem = f"cannot write the fix: {error.strerror or error}; the file is unchanged"
         if problem is not None:
             report.errors.append(f"{path}: {problem}")
+            report.applied = []
+    return report
+
+
+def process_notebook_text(raw: str, path: str, settings: Settings, fix: Optional[FixOptions],
+                          bom: bool = False) -> FileReport:
+    """Lint (or fix) a notebook's JSON text; a fix puts the new JSON in `fixed_text` and its
+    patch in `diff` (`bom`: the file starts with a UTF-8 BOM, which `raw` does not carry)."""
+    from dplint.diffs import unified_diff
+    from dplint.notebook import NotebookError, loads, relocate
+
+    try:
+        notebook = loads(raw)
+    except NotebookError as error:
+        return FileReport(path, [problem_finding(path, str(error))])
+    if not notebook.cells:
+        return FileReport(path)
+    report = process_text_guarded(notebook.text, path, settings, fix)
+    report.diff = ""
+    fixed = notebook  # the findings left after a fix are positions in the fixed cells
+    if report.fixed_text is not None:
+        sources = notebook.split(report.fixed_text)
+        fixed = notebook.laid_out_as(report.fixed_text)
+        report.fixed_text = None
+        if sources is None:
+            report.errors.append(f"{path}: internal error: a fix crossed a cell boundary; the notebook is unchanged")
+            report.applied = []
+        else:
+            report.fixed_text = notebook.dumps(sources)
+            report.diff = unified_diff(raw, report.fixed_text, path, bom=bom, encoding="utf-8")
+    report.findings = [relocate(finding, fixed) for finding in report.findings]
+    report.applied = [relocate(finding, notebook) for finding in report.applied]
+    return report
+
+
+def process_notebook_file(path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
+    """`process_file` for a notebook: read, lint or fix, write back in place."""
+    try:
+        source = read_source(path)
+        raw = source.raw.decode("utf-8-sig")
+    except SourceError as error:
+        return FileReport(path, [problem_finding(path, str(error))])
+    except UnicodeDecodeError as error:
+        return FileReport(path, [problem_finding(path, f"cannot read notebook: not UTF-8 (byte {error.start})")])
+    has_bom = source.raw.startswith(b"\xef\xbb\xbf")
+    report = process_notebook_text(raw, path, settings, fix, bom=has_bom)
+    if fix is not None and fix.write and report.fixed_text is not None:
+        bom = "\ufeff" if has_bom else ""
+        try:
+            if read_source(path).raw != source.raw:
+                report.errors.append(f"{path}: changed while being fixed; the fix was not written")
+                report.applied = []
+            else:
+                write_atomic(path, (bom + report.fixed_text).encode("utf-8"))
+        except (SourceError, OSError) as error:
+            report.errors.append(f"{path}: cannot write the fix: {getattr(error, 'strerror', None) or error}; the file is unchanged")
             report.applied = []
     return report
 
@@ -532,8 +532,6 @@ def project_findings(reports: list[FileReport]) -> Iterator[Finding]:
 
 def process_stdin(data: bytes, display_path: str, settings: Settings, fix: Optional[FixOptions]) -> FileReport:
     if display_path.endswith(".ipynb"):  # a notebook's JSON on stdin (dplint/notebook.py)
-        from dplint.notebook import process_notebook_text
-
         try:
             return process_notebook_text(data.decode("utf-8-sig"), display_path, settings, fix)
         except UnicodeDecodeError as error:

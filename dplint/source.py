@@ -1,4 +1,5 @@
-"""Reading and writing source files: encodings, BOMs, line endings, atomic writes.
+"""Reading and writing source files: encodings, BOMs, line endings, atomic writes, the hash
+of a file's bytes.
 
 Also the two guards every parse needs, kept here so that the engine and the runner share them:
 Python's own verdict on a file LibCST rejects (`python_syntax_error`), and a thread with a
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import hashlib
 import io
 import os
 import re
@@ -101,6 +103,12 @@ def read_bytes(path: str) -> bytes:
     finally:
         os.close(descriptor)
     return raw
+
+
+def content_key(raw: bytes) -> str:
+    """The hash of a file's bytes: the cache's key for what it holds, and the project's
+    fingerprint of the files a result read."""
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def _os_reason(error: OSError) -> str:

@@ -39,7 +39,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.flow import Callee
-from dplint.wrapper_classes import wrapper_kind as shared_wrapper_kind
+from dplint.wrapper_classes import wrapper_kind as shared_wrapper_kind, wrapping_built_by
 from dplint.project import may_call_function_matching
 from dplint.semantic import (
     SELF_RETURNING_METHODS,
@@ -1065,11 +1065,83 @@ def _held_by_every_caller(model: SemanticModel, param: cst.Param, by_call: dict[
                           depth: int) -> Optional[Wrapping]:
     """The wrapping a parameter holds when every call of its function in the file passes one;
     None when a caller passes something else (or callers can't be known)."""
-    arguments = parameter_arguments(model, param)
-    if not arguments or depth <= 0:
+    if depth <= 0:
         return None
+    arguments = parameter_arguments(model, param)
+    if arguments is None:
+        return _held_by_project_callers(model, param)
     held = [_held(model, [value], by_call, depth) for value in arguments]
-    return held[0] if all(wrapping is not None for wrapping in held) else None
+    return held[0] if arguments and all(wrapping is not None for wrapping in held) else None
+
+
+def handed_in(model: SemanticModel, key: str, at: cst.CSTNode) -> bool:
+    """Whether the value `key` names at `at` is handed in by other files of the project and
+    is a wrapper there: a parameter of the enclosing function that every caller in another
+    file fills with one (`train(model, ...)` in `main.py` after `model = DDP(model)`), or a
+    `self.x` that the class's `__init__` stores from such a parameter (`Trainer(model)` made
+    in `main.py`). A gate before the per-path question (`Flow.wrappings_at`); memoised per
+    parameter."""
+    if model.project is None:
+        return False
+    if key.startswith("self."):
+        scope = model.scope(at).class_scope
+        init = class_method(scope.node, "__init__") if scope is not None and isinstance(scope.node, cst.ClassDef) else None
+        if init is None or not _importers_mention_a_wrapper(model, scope.node.name.value):
+            return False
+        attribute = ".".join(key.split(".")[:2])
+        params = [p for b in model.bindings.get(attribute, ()) if model.scope(b.node).node is init
+                  and isinstance(b.value, cst.Name) for p in reaching_bindings(model, b.value.value, b.node)]
+    else:
+        function = model.scope(at).node
+        if not isinstance(function, cst.FunctionDef) or not _importers_mention_a_wrapper(model, function.name.value):
+            return False
+        params = reaching_bindings(model, key.split(".")[0], at)
+    memo = _HANDED.setdefault(model, {})
+    for binding in params:
+        if isinstance(binding.node, cst.Param):
+            if binding.node not in memo:
+                memo[binding.node] = _held_by_project_callers(model, binding.node) is not None
+            if memo[binding.node]:
+                return True
+    return False
+
+
+_HANDED: "weakref.WeakKeyDictionary[SemanticModel, dict]" = weakref.WeakKeyDictionary()
+
+
+def _importers_mention_a_wrapper(model: SemanticModel, name: str) -> bool:
+    """Whether a project file that uses this one names a wrapper class in the code that calls
+    `name` (`Project.importer_pieces`: the statements calling this file's definitions, what they
+    pass, and the imports naming those; every wrapper class's name contains `DataParallel`).
+    Text only: callers that hand nothing of the kind in are never parsed for it."""
+    memo = _HANDED.setdefault(model, {})
+    key = ("importers", name)
+    if key not in memo:
+        pieces = model.project.importer_pieces(model.path) if hasattr(model.project, "importer_pieces") else {}
+        call = re.compile(rf"\b{re.escape(name)}\s*\(")
+        memo[key] = any("DataParallel" in piece and call.search(piece) for piece in pieces.values())
+    return memo[key]
+
+
+def _held_by_project_callers(model: SemanticModel, param: cst.Param) -> Optional[Wrapping]:
+    """The wrapping a parameter holds when its function is called from the project's other
+    files (`train(model, ...)` in `main.py` after `model = DDP(model)`) and every such call
+    passes a wrapper on some path: the callers' values, as the flow model follows them (names,
+    branches, factories, `self.x`). None when one caller passes no wrapper or callers are
+    unknown (the function escapes, or the file is linted alone)."""
+    if model.project is None:
+        return None
+    binding = next((b for b in model.bindings_by_node.get(param, ()) if b.node is param), None)
+    per_caller = model.flow.values_per_caller(binding) if binding is not None else None
+    if not per_caller:
+        return None
+    found = None
+    for values in per_caller:
+        wrapping = next((w for w in (wrapping_built_by(v.model, v.expr) for v in values if v.known) if w is not None), None)
+        if wrapping is None:
+            return None
+        found = found or wrapping
+    return found
 
 
 def _held_bindings(model: SemanticModel, bindings: list[Binding], by_call: dict[cst.Call, Wrapping]) -> Optional[Wrapping]:
@@ -1165,15 +1237,16 @@ def exclusive_paths(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNod
     return any(test in tests and tests[test] != truth for test, truth in second_conditions.values())
 
 
-def _path_conditions(model: SemanticModel, node: cst.CSTNode) -> dict[cst.If, tuple[str, bool]]:
-    """The `if` statements around a node in its function, with their test's code and the branch
-    (True for the body) that holds it; `not x` is read as `x` taken the other way."""
-    conditions: dict[cst.If, tuple[str, bool]] = {}
+def _path_conditions(model: SemanticModel, node: cst.CSTNode) -> dict[cst.CSTNode, tuple[str, bool]]:
+    """The `if` statements and `a if test else b` expressions around a node in its function,
+    with their test's code and the branch (True for the body) that holds it; `not x` is read as
+    `x` taken the other way."""
+    conditions: dict[cst.CSTNode, tuple[str, bool]] = {}
     child: cst.CSTNode = node
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             break
-        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
             truth = child is ancestor.body
             test = ancestor.test
             while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):

@@ -8,7 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
-from dplint.training import inherited_wrappers, wrappings as wrappers_built
+from dplint.training import handed_in, inherited_wrappers, wrappings as wrappers_built
 from dplint.project import owns
 from dplint.wrappers import (
     WRAPPER_CLASS_NAMES,
@@ -30,8 +30,9 @@ class AttributeThroughWrapper(Rule):
     `DistributedDataParallel` wrapper (`ddp.features(x)`, `dp.fc`, `dp.num_classes`), where
     the name holds the wrapper on at least one path: `model = DDP(model)` before it, or
     `if distributed: model = DDP(model)`. The wrapper is followed through names, branches,
-    `self.x` attributes, same-file functions that build and return it, and imported project
-    files, and into subclasses: `self.net = DDP(self.net)` in `BaseTrainer.__init__` (this
+    `self.x` attributes, same-file functions that build and return it, imported project
+    files, parameters that other files' callers fill (`train(model)` in `main.py` after
+    `model = DDP(model)`; `Trainer(model)` stored as `self.model`), and into subclasses: `self.net = DDP(self.net)` in `BaseTrainer.__init__` (this
     file or another) is what `self.net` holds in `class Trainer(BaseTrainer)` unless the
     subclass's constructor replaces it; the base class's test (`if cfg.dist:`) is then the
     instance's own construction, not a caller's configuration, so the read is flagged on the
@@ -146,7 +147,7 @@ class AttributeThroughWrapper(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         only_inherited = not wrappers_built(model)
-        if only_inherited and not inherited_wrappers(model):
+        if only_inherited and not inherited_wrappers(model) and model.project is None:
             return  # no wrapper built here, returned by a helper the file calls or left by a base class
         stored = _assigned_attributes(model)
         stores: dict = {}  # per model: attribute -> the Attribute nodes that assign it
@@ -158,7 +159,8 @@ class AttributeThroughWrapper(Rule):
                 continue
             base = node.value
             key = model.binding_key(base, node)
-            if key is None or (key, attribute) in stored or only_inherited and not _inherited_attribute(model, key, node):
+            if key is None or (key, attribute) in stored or only_inherited and not (
+                    _inherited_attribute(model, key, node) or handed_in(model, key, node)):
                 continue
             wrappings, wrapped, bare = wrapper_paths(model, base, node)
             wrappings = [w for w in wrappings if not wrapping_has(model, w, attribute) and not wraps_optimizer(model, w)]

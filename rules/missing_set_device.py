@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, Optional
 
 import libcst as cst
 
+from dplint.cuda import (
+    bare_cuda_placements,
+    caller_placements,
+    caller_selects_a_device,
+    group_process,
+    late_set_device,
+    owner_def,
+    selects_a_device_for,
+)
 from dplint.distributed import (
     INIT_PROCESS_GROUP,
     called_functions,
@@ -16,11 +26,6 @@ from dplint.distributed import (
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value
 
-SET_DEVICE = "torch.cuda.set_device"
-TORCH_DEVICE = "torch.device"
-# Calls into the project followed when looking for a `set_device` made on the script's behalf
-# (`utils.init_distributed_mode(args)` in many repositories).
-SEARCH_DEPTH = 3
 
 
 class MissingSetDevice(Rule):
@@ -29,24 +34,35 @@ class MissingSetDevice(Rule):
     Flags `init_process_group` with the `nccl` backend (a literal; a name that holds `"nccl"`
     on one path and another literal backend on the others, `"nccl" if use_gpu else "gloo"`,
     since `cuda` placements only run on the GPU path; `args.<name>` whose
-    `add_argument("--<name>", default="nccl")` is in the file) in a file that places work on
-    the bare `cuda` device (`x.cuda()`,
-    `x.to("cuda")`, `torch.device("cuda")`) and never selects a GPU per process:
-    no `torch.cuda.set_device(...)` in the file or in the project functions it calls
-    (followed three calls deep, across files), none in the files of every caller of a
-    helper that starts the group for other files, no `device_id=` given to
-    `init_process_group`, and no `CUDA_VISIBLE_DEVICES` written by the script. Where a file
-    starts several process groups (a training and a prediction worker, each an `mp.spawn`
-    target), each is judged by the placements of its own process: the functions reached
-    from its function's outermost callers in the file.
+    `add_argument("--<name>", default="nccl")` is in the file; no backend at all, with which
+    torch uses NCCL for CUDA tensors) when its process places work on the bare `cuda` device
+    (`x.cuda()`, `x.to("cuda")`, `torch.device("cuda")`, a torch call given
+    `device="cuda"`, also through a name that holds `"cuda"`) and never selects a GPU:
+    no `torch.cuda.set_device(...)` on the process's path (the init's function, the
+    functions of the file that call it, and the project functions those call, three calls
+    deep, across files), none in the files of every caller of a helper that starts the
+    group for other files, no `device_id=` given to `init_process_group`, and no
+    `CUDA_VISIBLE_DEVICES` written by the script. A `set_device` on the other branch of a
+    test than the path (`if args.distributed: init_process_group(...)` / `elif args.gpu:
+    set_device(args.gpu)`; a slurm launcher's function beside the torchrun one's) runs in
+    another kind of run and does not count. Where a file starts several process groups (a
+    training and a prediction worker, each an `mp.spawn` target), each is judged by the
+    placements of its own process: the functions reached from its function's outermost
+    callers in the file. A helper that starts the group for other files
+    (`utils.init_distributed_mode(args)`) is judged with the placements of every caller's
+    file that selects no GPU itself.
 
     A placement that sits on the other branch of a test than the `init_process_group` (in the
     same function: `if local_rank == -1: device = torch.device("cuda")` / `else: ...
     init_process_group("nccl")`, or `if rank != -1:` ... `if rank == -1:`) belongs to the
     one-process run and does not count.
 
+    Also flags a `set_device` that is the process's only GPU selection and runs after a
+    bare `cuda` placement of its function (`model = Net().cuda()` then `set_device(...)`):
+    that tensor went to GPU 0 and stays there.
+
     Silent when the backend is not known to be NCCL on any path (`args.dist_backend` without a
-    default in the file, a value from a config file), when every
+    default in the file, a value from a config file: unknown, not absent), when every
     placement names its device (`.cuda(local_rank)`, `.to(f"cuda:{rank}")`), and where
     a launcher or library starts the processes for the script (Lightning, Accelerate,
     DeepSpeed): they set the device themselves.
@@ -74,6 +90,7 @@ class MissingSetDevice(Rule):
     ```
 
     ## Fix safety
+    A `set_device` that comes too late gets no fix (moving it may move code it depends on).
     Where the local rank is known in the scope of the call (a `local_rank` variable or
     `args.local_rank`), the fix inserts `torch.cuda.set_device(local_rank)` after
     `init_process_group`. It is unsafe: it changes which GPU every later `cuda` placement
@@ -86,7 +103,9 @@ class MissingSetDevice(Rule):
     severity = Severity.ERROR
     summary = "NCCL ranks on the bare `cuda` device without torch.cuda.set_device(): every rank uses GPU 0"
     fix_applicability = Applicability.UNSAFE
-    tokens = (("init_process_group", "nccl", "cuda"),)
+    # Neither "nccl" (torch's default backend is NCCL for CUDA tensors) nor "cuda" (a helper
+    # starting the group for other files may place nothing itself) is needed.
+    tokens = ("init_process_group",)
 
     VALID = (
         # set_device before the placement.
@@ -162,32 +181,46 @@ class MissingSetDevice(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
-        inits = [site for site in model.calls if site.qualified_name == INIT_PROCESS_GROUP and _is_nccl(model, site.node)]
-        if not inits or _selects_a_device(model):
+        inits = [(site, _backend(model, site.node)) for site in model.calls if site.qualified_name == INIT_PROCESS_GROUP]
+        inits = [(site, backend) for site, backend in inits if backend is not None]
+        if not inits:
             return
-        placements = _bare_placements(model)
-        if not placements:
-            return
+        placements = bare_cuda_placements(model)
         # Several process groups in one file (a training and a prediction worker): each is
         # judged by the placements its own process runs, when the file shows them.
-        own = {id(site.node): _placements_of_process(model, site.node, placements) for site in inits}
+        own = {id(site.node): _placements_of_process(model, site.node, placements) for site, _ in inits}
         narrowed = len(inits) > 1 and any(own.values())
-        for site in inits:
+        for site, backend in inits:
             if argument(site.node, None, "device_id") is not None or is_group_of_one(site.node):
                 continue  # a device chosen by the group, or one process: nobody shares GPU 0
-            if _callers_select_a_device(model, site.node):
+            late = late_set_device(model, site.node)
+            if late is not None:
+                selection, placement = late
+                yield Violation(
+                    node=selection,
+                    message=(
+                        f"`torch.cuda.set_device` runs after `cuda` is used (line {model.position(placement)[0].line}): "
+                        "that placement went to the current device then, GPU 0 in every process, and stays there; "
+                        "call `set_device` before the first CUDA placement"
+                    ),
+                )
+                continue
+            if selects_a_device_for(model, site.node) or _callers_select_a_device(model, site.node):
                 continue
             mine = own[id(site.node)] if narrowed else placements
             # `if local_rank == -1: device = torch.device("cuda")` / `else: ...
             # init_process_group(...)`: that `cuda` is the one-process path's.
-            mine = [placement for placement in mine if not on_exclusive_branches(model, placement, site.node)]
+            mine = [(model, placement) for placement in mine if not on_exclusive_branches(model, placement, site.node)]
+            mine += caller_placements(model, site.node)  # the callers' files of a helper starting the group
             if not mine:
                 continue
-            line = model.position(mine[0])[0].line
+            where, first = mine[0]
+            line = where.position(first)[0].line
+            shown = f"line {line}" if where is model else f"{_shown_path(where.path)}:{line}"
             yield Violation(
                 node=site.node,
                 message=(
-                    f"NCCL process group, but nothing selects a GPU per process: `cuda` (line {line}) means the "
+                    f"{backend}, but nothing selects a GPU per process: `cuda` ({shown}) means the "
                     f"current device, which is GPU 0 in every process, so all ranks share GPU 0; call "
                     f"`torch.cuda.set_device(local_rank)` after `init_process_group`"
                 ),
@@ -195,13 +228,22 @@ class MissingSetDevice(Rule):
             )
 
 
-def _is_nccl(model: SemanticModel, call: cst.Call) -> bool:
-    """NCCL on at least one path the code shows, every other path naming another backend:
-    `"nccl"`, `backend = "nccl" if use_gpu else "gloo"` (the GPU path is the one that places
-    work on `cuda`), `args.backend` whose command-line option defaults to `"nccl"`."""
+def _shown_path(path: str) -> str:
+    """Another file's path as the user typed it: relative to the working folder when inside it."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return path if relative.startswith("..") else relative
+
+
+def _backend(model: SemanticModel, call: cst.Call) -> Optional[str]:
+    """How the message names a group that is NCCL on at least one path the code shows, every
+    other path naming another backend: `"nccl"`, `backend = "nccl" if use_gpu else "gloo"`
+    (the GPU path is the one that places work on `cuda`), `args.backend` whose command-line
+    option defaults to `"nccl"`; also no backend at all (or `None`), with which torch uses
+    NCCL for CUDA tensors (and gloo for CPU ones). None otherwise: a backend read from a
+    config file is unknown, not absent."""
     backend = argument(call, 0, "backend")
-    if backend is None:
-        return False
+    if backend is None or _names_none(backend):
+        return "Process group with torch's default backend (NCCL for CUDA tensors)"
     # Collect the file's call sites first, outside this question's step budget: collecting
     # them asks about parameters again, which would use up the budget and answer "unknown".
     model.flow.call_sites(call)
@@ -209,12 +251,16 @@ def _is_nccl(model: SemanticModel, call: cst.Call) -> bool:
     names = []
     for value in values:
         if not value.known:
-            return False
+            return None
         text = _backend_name(value.model, value.expr)
         if text is None:
-            return False
+            return None
         names.append(text)
-    return any("nccl" in name for name in names)
+    return "NCCL process group" if any("nccl" in name for name in names) else None
+
+
+def _names_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
 
 
 def _backend_name(model: SemanticModel, expr: cst.BaseExpression) -> Optional[str]:
@@ -253,63 +299,24 @@ def _option_default(model: SemanticModel, expr: cst.BaseExpression) -> Optional[
     return None
 
 
-def _selects_a_device(model: SemanticModel, depth: int = SEARCH_DEPTH, seen: Optional[set] = None) -> bool:
-    """`set_device` here or in a project function this file calls; a CUDA_VISIBLE_DEVICES write."""
-    seen = set() if seen is None else seen
-    if id(model) in seen:
-        return False
-    seen.add(id(model))
-    for site in model.calls:
-        if site.qualified_name == SET_DEVICE:
-            return True
-    if "CUDA_VISIBLE_DEVICES" in model.text:
-        return True
-    if depth <= 0:
-        return False
-    for site in model.calls:
-        if site.qualified_name is not None and site.qualified_name.startswith("torch"):
-            continue
-        callee = model.flow.callee(site.node)
-        if callee is not None and callee.model is not model and _selects_a_device(callee.model, depth - 1, seen):
-            return True
-    return False
-
-
 def _callers_select_a_device(model: SemanticModel, init: cst.Call) -> bool:
     """A helper that starts the group for other files (`distributed.multi_init(device_id, ...)`
     called from each training script): the process is the caller's, and every caller's file
     selects a GPU itself (`torch.cuda.set_device(device_id)` after the call)."""
-    function = _owner_def(model, init)
+    function = owner_def(model, init)
     if function is None:
         return False
     sites = model.flow.all_call_sites(function)
+    process = group_process(model, init)
     return bool(sites) and all(
-        caller is not model and _selects_a_device(caller) for caller, _, _ in sites)
-
-
-def _bare_placements(model: SemanticModel) -> list[cst.Call]:
-    """Every `x.cuda()`, `x.to("cuda")` and `torch.device("cuda")` of the file, in order."""
-    found = []
-    for site in model.calls:
-        call = site.node
-        if site.qualified_name == TORCH_DEVICE and len(call.args) == 1 and _is_bare_cuda(call.args[0].value):
-            found.append(call)
-            continue
-        if not isinstance(call.func, cst.Attribute) or site.qualified_name is not None:
-            continue  # torch.cuda.* and other module functions
-        method = call.func.attr.value
-        if method == "cuda" and not call.args:
-            found.append(call)
-        elif method == "to" and call.args and call.args[0].keyword is None and _is_bare_cuda(call.args[0].value):
-            found.append(call)
-    return found
+        caller is not model and caller_selects_a_device(caller, model, process) for caller, _, _ in sites)
 
 
 def _placements_of_process(model: SemanticModel, init: cst.Call, placements: list[cst.Call]) -> list[cst.Call]:
     """The placements that run in the process making `init`: in the functions reached from
     the outermost callers of its function (an `mp.spawn` target has none), or all of them when
     that climb reaches module level."""
-    start = _owner_def(model, init)
+    start = owner_def(model, init)
     if start is None:
         return placements
     roots, seen, stack = [], set(), [start]
@@ -322,13 +329,13 @@ def _placements_of_process(model: SemanticModel, init: cst.Call, placements: lis
         if not callers:
             roots.append(function)
         for call in callers:
-            outer = _owner_def(model, call)
+            outer = owner_def(model, call)
             if outer is None:
                 return placements
             stack.append(outer)
     callees: dict = {}
     for site in model.calls:
-        owner = _owner_def(model, site.node)
+        owner = owner_def(model, site.node)
         if owner is not None:
             callees.setdefault(owner, set()).update(_called_defs(model, site.node, owner))
     reached, stack = set(), list(roots)
@@ -337,14 +344,7 @@ def _placements_of_process(model: SemanticModel, init: cst.Call, placements: lis
         if function not in reached:
             reached.add(function)
             stack.extend(callees.get(function, ()))
-    return [p for p in placements if _owner_def(model, p) in reached or _owner_def(model, p) is None]
-
-
-def _owner_def(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
-    for ancestor in model.ancestors(node):
-        if isinstance(ancestor, cst.FunctionDef):
-            return ancestor
-    return None
+    return [p for p in placements if owner_def(model, p) in reached or owner_def(model, p) is None]
 
 
 def _called_defs(model: SemanticModel, call: cst.Call, owner: cst.FunctionDef) -> list[cst.FunctionDef]:
@@ -356,24 +356,6 @@ def _called_defs(model: SemanticModel, call: cst.Call, owner: cst.FunctionDef) -
         if isinstance(owner_class, cst.ClassDef):
             found = [s for s in owner_class.body.body if isinstance(s, cst.FunctionDef) and s.name.value == call.func.attr.value]
     return found
-
-
-def _is_bare_cuda(expr: cst.BaseExpression) -> bool:
-    """`"cuda"`, or `"cuda" if torch.cuda.is_available() else "cpu"`: bare `cuda` on the GPU path."""
-    if isinstance(expr, cst.IfExp):
-        branches = (expr.body, expr.orelse)
-        return any(_is_bare_cuda(b) for b in branches) and all(_is_bare_cuda(b) or _is_cpu(b) for b in branches)
-    try:
-        return literal_value(expr) == "cuda"
-    except ValueError:
-        return False
-
-
-def _is_cpu(expr: cst.BaseExpression) -> bool:
-    try:
-        return literal_value(expr) == "cpu"
-    except ValueError:
-        return False
 
 
 def _fix(model: SemanticModel, call: cst.Call) -> Optional[Fix]:

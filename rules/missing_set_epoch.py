@@ -75,6 +75,16 @@ class MissingSetEpoch(Rule):
     element of a returned tuple: `train_dl, val_dl = make_loaders()`); a value returned by
     a function entered through a parameter goes back to that call only.
 
+    A factory that builds the sampler each time it runs gives each call a sampler of its
+    own: `set_epoch` on the loader one call made (an evaluation loader) does not count for
+    the loader another call made. Also followed: torchdata's `StatefulDataLoader` (torch's
+    parameters, no `set_epoch` of its own); a loader class picked by a conditional
+    (`DataLoader if image_weights else InfiniteDataLoader`, the latter a class of the file
+    handing its `**kwargs` to DataLoader); a project subclass of `tqdm`; a `(sampler, loader)`
+    pair unpacked from one element of a tuple (`(s, dl), (_, val) = build(a), build(b)`) or
+    from one branch of a conditional; a keyword dict from which another key is popped
+    (`cfg.pop("shuffle")` leaves `cfg["sampler"]` in place).
+
     When the file is checked as part of a project, all of this continues in the project's
     other files: into functions and classes they define (`from engine import
     train_one_epoch`, `import helpers; helpers.make_sampler(...)`, `Trainer(...).fit()`),

@@ -28,7 +28,9 @@ class WrapperBypass(Rule):
       not `parameters()`, `state_dict()` and torch's other Module methods, nor names starting
       with `sample`, `get_`, `init`...), where `wrapper` holds a wrapper on some path: a name,
       a `self.x` attribute, a module-level name read in a function, a parameter that every
-      caller in the file passes a wrapper, or a function's result;
+      caller passes a wrapper (in the file or, for a function only other files call, in the
+      project: `train_one_epoch(model, ...)` in `main.py` after `model = DDP(model)`), or a
+      function's result;
     - a name bound to `wrapper.module` (`core = ddp.module`, also
       `ddp.module if isinstance(ddp, DDP) else ddp`) ... `core(x)`, without a fix; silent when
       every backward of the function is on a path that excludes that binding
@@ -51,8 +53,8 @@ class WrapperBypass(Rule):
     results) and as a warning under nn.DataParallel (slow).
 
     Evaluation through the inner model under `torch.no_grad()` is fine and not flagged; so
-    is a function that also back-propagates a forward through the wrapper (such as skipping
-    the all-reduce on gradient-accumulation steps on purpose).
+    is a function that chooses between the two forwards, on exclusive paths (skipping the
+    all-reduce on gradient-accumulation steps on purpose: `ddp(x) if sync else ddp.module(x)`).
 
     ## Example
     ```python
@@ -229,8 +231,11 @@ class WrapperBypass(Rule):
                     use = None  # `net.predict(x)` on a wrapped name: may be a wrapper-free helper
             if use is None:
                 continue
-            if _wrapper_forward_is_backpropagated(model, use.wrapping, site):
-                continue  # both paths in one function: a deliberate choice, not a slip
+            if _wrapper_forward_is_backpropagated(model, use.wrapping, site, anywhere=method is not None):
+                # both paths in one function: a deliberate choice, not a slip; a named method
+                # of the inner model beside the wrapper's forward (`m.module.loss_fn(m(x), y)`)
+                # may be a helper applied to the wrapper's outputs
+                continue
             if use.alias is not None and _alias_excludes_backward(model, use.alias, site):
                 continue  # `core = ddp.module` only on the path that never runs backward
             if use.wrapper is not None:
@@ -291,10 +296,17 @@ def _alias_excludes_backward(model: SemanticModel, alias: Binding, inner: CallSi
     return bool(sites) and all(exclusive_paths(model, alias.node, site) for site in sites)
 
 
-def _wrapper_forward_is_backpropagated(model: SemanticModel, wrapping: Wrapping, inner: CallSite) -> bool:
+def _wrapper_forward_is_backpropagated(model: SemanticModel, wrapping: Wrapping, inner: CallSite,
+                                       anywhere: bool = False) -> bool:
+    """The function chooses between the two forwards (`ddp(x) if sync else ddp.module(x)`:
+    accumulating local gradients on purpose, what `no_sync()` does): a back-propagated forward
+    through the same wrapper on a path that excludes the inner one (`anywhere`: on any path).
+    Two forwards that run one after the other are no choice: the inner one's gradients are
+    never all-reduced."""
     for site in model.calls:
         if site.scope is not inner.scope or site.in_no_grad or site is inner:
             continue
-        if held_wrapper(model, site.node.func) is wrapping and feeds_backward(model, site.node):
+        if held_wrapper(model, site.node.func) is wrapping and feeds_backward(model, site.node) \
+                and (anywhere or exclusive_paths(model, site.node, inner.node)):
             return True
     return False

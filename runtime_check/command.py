@@ -64,8 +64,15 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
                    "migration) as 2 CPU ranks; compare losses, parameters, samples per epoch, checkpoints.")
 @click.option("--report", "migration_report", type=click.Path(dir_okay=False), default=None, metavar="HTML",
               help="With --migration: also write a self-contained HTML page (loss curves, per-rank coverage).")
+@click.option("--data-stub", "migration_data_stub", default=None, metavar="FIELDS[@N]",
+              help='With --migration: every Dataset class the script or a library defines reads no file and holds '
+                   'N synthetic items (64 by default) of these fields, the same in both runs: a shape (3x32x32), '
+                   'int:K (a label below K) or int:K:AxB; e.g. "3x32x32,int:10".')
+@click.option("--no-dropout", "migration_no_dropout", is_flag=True,
+              help="With --migration: every dropout keeps every unit in both runs (per-process masks cannot match).")
 @click.pass_context
-def verify(ctx: click.Context, script: str, select, migration_original, migration_report, **options) -> None:
+def verify(ctx: click.Context, script: str, select, migration_original, migration_report, migration_data_stub,
+           migration_no_dropout, **options) -> None:
     """Run SCRIPT's findings one at a time, with probes; say, per finding, whether it is real.
 
     For each finding, a copy with only that bug (every other fix applied) and a copy with every
@@ -77,7 +84,8 @@ def verify(ctx: click.Context, script: str, select, migration_original, migratio
         from dplint.runtime_check.migration import run_migration
 
         sys.exit(run_migration(migration_original, script, ctx.meta.get("dplint.script_args", []),
-                               report=migration_report, timeout=options["timeout"], quiet=options["quiet"]))
+                               report=migration_report, timeout=options["timeout"], quiet=options["quiet"],
+                               data_stub=migration_data_stub, no_dropout=migration_no_dropout))
     if script.endswith(".ipynb"):  # notebooks (dplint/notebook.py) are checked and fixed, not run
         click.echo(
             f"dplint: error: verify runs scripts, not notebooks; export {script} first "

@@ -45,14 +45,76 @@ if _OUT:
     _RANK = int(os.environ.get("RANK", "0"))
     _ORDER_WORLD = int(os.environ.get("DPLINT_MIGRATION_ORDER_WORLD", "0"))
     _record = {"rank": _RANK, "losses": [], "samplers": [], "saves": [], "checkpoints": [], "finished": False}
-    _state = {"optimizer": None, "bare": None, "samplers": 0}
+    _state = {"optimizer": None, "bare": None, "samplers": 0, "in_backward": False}
+
+    _STUB = json.loads(os.environ.get("DPLINT_MIGRATION_DATA_STUB") or "null")
+    if _STUB is not None:
+        # --data-stub: every Dataset class defined after start-up (the script's, torchvision's:
+        # not torch's own TensorDataset, Subset, ...) reads no file; instance k of them holds
+        # `size` items drawn from a generator seeded with k, so both runs see the same data.
+        _stub_made = [0]
+
+        def _stub_init(self, *args, **kwargs):
+            generator = torch.Generator()
+            generator.manual_seed(1000 + _stub_made[0])
+            _stub_made[0] += 1
+            size, columns = _STUB["size"], []
+            for field in _STUB["fields"]:
+                if field["kind"] == "int":
+                    columns.append(torch.randint(0, field["high"], (size, *field["shape"]), generator=generator))
+                else:
+                    columns.append(torch.randn((size, *field["shape"]), generator=generator))
+            self._dplint_columns = columns
+
+        def _stub_getitem(self, index):
+            values = tuple(column[index] for column in self._dplint_columns)
+            return values[0] if len(values) == 1 else values
+
+        def _stub_len(self):
+            return _STUB["size"]
+
+        def _stub_subclass(cls, **kwargs):
+            super(_data.Dataset, cls).__init_subclass__(**kwargs)
+            if not issubclass(cls, _data.IterableDataset) and not cls.__module__.startswith("torch."):
+                cls.__init__, cls.__getitem__, cls.__len__ = _stub_init, _stub_getitem, _stub_len
+
+        _data.Dataset.__init_subclass__ = classmethod(_stub_subclass)
+
+    if os.environ.get("DPLINT_MIGRATION_NO_DROPOUT"):
+        # --no-dropout: every dropout keeps every unit, in both runs (a mask is a random draw
+        # per process, so the one process and the ranks cannot draw the same ones)
+        import torch.nn.functional as _F
+
+        def _kept(function):
+            def dropout(input, p=0.5, *args, **kwargs):
+                return function(input, 0.0, *args, **kwargs)
+            return dropout
+
+        for _name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"):
+            if hasattr(_F, _name):
+                setattr(_F, _name, _kept(getattr(_F, _name)))
+
+    if os.environ.get("DPLINT_MIGRATION_REMAP"):
+        # the scripts call `.cuda()`: on this CPU-only run both are mapped to the CPU alike
+        from dplint.runtime_check import remap as _remap
+        from dplint.runtime_check.record import Recorder as _Recorder
+        _remap.install(_Recorder(_OUT, _RANK, os.environ["DPLINT_MIGRATION_SCRIPT"]),
+                       int(os.environ.get("WORLD_SIZE", "1")))
 
     _backward = torch.Tensor.backward
 
     def _recording_backward(self, *args, **kwargs):
+        # once per call: under a TorchFunctionMode (the CPU remap) backward() runs through
+        # `Tensor.backward` again, which is this function
+        if _state["in_backward"]:
+            return _backward(self, *args, **kwargs)
         if self.dim() == 0:
             _record["losses"].append(float(self.detach().float()))
-        return _backward(self, *args, **kwargs)
+        _state["in_backward"] = True
+        try:
+            return _backward(self, *args, **kwargs)
+        finally:
+            _state["in_backward"] = False
 
     torch.Tensor.backward = _recording_backward
 
@@ -76,6 +138,13 @@ if _OUT:
     _loader_init = _data.DataLoader.__init__
 
     def _recording_loader(self, *args, **kwargs):
+        if _STUB is not None:  # the stub is in memory: worker processes would only add start-up time
+            if len(args) > 5:  # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, ...)
+                args = (*args[:5], 0, *args[6:])
+            else:
+                kwargs["num_workers"] = 0
+            kwargs.pop("persistent_workers", None)
+            kwargs.pop("prefetch_factor", None)
         _loader_init(self, *args, **kwargs)
         if self.batch_size:
             self.sampler._dplint_batch = self.batch_size
@@ -174,6 +243,10 @@ if _OUT:
         for path in _record["saves"]:
             entry = {"file": os.path.basename(path), "key": None, "loaded": False, "error": None, "keys": 0,
                      "model": type(bare).__name__ if bare is not None else None}
+            if not os.path.exists(path):  # the script removed it (it keeps the last checkpoint only)
+                entry["removed"] = True
+                _record["checkpoints"].append(entry)
+                continue
             try:
                 loaded = torch.load(path, map_location="cpu", weights_only=False)
                 found = _state_dicts(loaded)
@@ -230,6 +303,7 @@ class Proof:
     original_losses: list[float] = field(default_factory=list)
     rank_losses: list[list[float]] = field(default_factory=list)
     coverage: list[dict] = field(default_factory=list)  # per sampler and epoch: rank of each sample
+    conditions: list[str] = field(default_factory=list)  # what both runs had changed alike (stub data, remap)
 
     @property
     def ok(self) -> bool:
@@ -252,7 +326,61 @@ def _environment(probe_dir: str, out: str, extra: dict) -> dict:
     return env
 
 
-def run_runs(original: str, migrated: str, script_args: list[str], workdir: str, timeout: float) -> dict:
+class DataStubError(ValueError):
+    pass
+
+
+def parse_data_stub(spec: str) -> dict:
+    """`--data-stub "3x32x32,int:10@64"`: the fields of one item, then (after `@`) how many
+    items (64 by default). A field is a float tensor's shape (`3x32x32`, also `float:3x32x32`),
+    or `int:K` (an int64 label in [0, K)), or `int:K:AxB` (an int64 tensor of that shape)."""
+    fields_text, _, size_text = spec.partition("@")
+    try:
+        size = int(size_text) if size_text else 64
+    except ValueError:
+        raise DataStubError(f"--data-stub: the number of items after `@` is not an integer: {size_text!r}") from None
+    if size < 1:
+        raise DataStubError("--data-stub: the number of items must be at least 1")
+    fields = []
+    for text in fields_text.split(","):
+        parts = text.strip().split(":")
+        kind = parts[0] if parts[0] in ("int", "float") else "float"
+        rest = parts[1:] if parts[0] in ("int", "float") else parts
+        try:
+            if kind == "int":
+                if len(rest) not in (1, 2):
+                    raise ValueError
+                high, shape = int(rest[0]), _shape(rest[1]) if len(rest) == 2 else []
+                if high < 1:
+                    raise ValueError
+                fields.append({"kind": "int", "high": high, "shape": shape})
+            else:
+                if len(rest) != 1:
+                    raise ValueError
+                fields.append({"kind": "float", "shape": _shape(rest[0])})
+        except ValueError:
+            raise DataStubError(f"--data-stub: cannot read the field {text.strip()!r}: give a shape (3x32x32), "
+                                "int:K, or int:K:AxB") from None
+    return {"fields": fields, "size": size}
+
+
+def _shape(text: str) -> list[int]:
+    dims = [int(part) for part in text.lower().split("x")]
+    if not dims or any(dim < 1 for dim in dims):
+        raise ValueError(text)
+    return dims
+
+
+def _calls_cuda(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            return ".cuda(" in source.read()
+    except OSError:
+        return False
+
+
+def run_runs(original: str, migrated: str, script_args: list[str], workdir: str, timeout: float,
+             data_stub: Optional[dict] = None, remap: bool = False, no_dropout: bool = False) -> dict:
     """Start the original (1 process) and the migrated script (WORLD ranks) together; returns
     {"original": [record], "migrated": [record per rank], "failures": [...]}."""
     probe_dir = os.path.join(workdir, "probe")
@@ -260,6 +388,13 @@ def run_runs(original: str, migrated: str, script_args: list[str], workdir: str,
     with open(os.path.join(probe_dir, "sitecustomize.py"), "w") as out:
         out.write(PROBE)
     port = _free_port()
+    shared = {}
+    if data_stub is not None:
+        shared["DPLINT_MIGRATION_DATA_STUB"] = json.dumps(data_stub)
+    if remap:
+        shared["DPLINT_MIGRATION_REMAP"] = "1"
+    if no_dropout:
+        shared["DPLINT_MIGRATION_NO_DROPOUT"] = "1"
     launches = [("original", 0, original, {"DPLINT_MIGRATION_ORDER_WORLD": str(WORLD)})]
     for rank in range(WORLD):
         launches.append(("migrated", rank, migrated, {
@@ -272,6 +407,7 @@ def run_runs(original: str, migrated: str, script_args: list[str], workdir: str,
         os.makedirs(out, exist_ok=True)
         os.makedirs(cwd, exist_ok=True)
         log = open(os.path.join(workdir, which, f"rank{rank}.log"), "w+")
+        extra = {**shared, **extra, "DPLINT_MIGRATION_SCRIPT": os.path.abspath(script)}
         process = subprocess.Popen([sys.executable, os.path.abspath(script), *script_args], cwd=cwd, stdout=log,
                                    stderr=subprocess.STDOUT, env=_environment(probe_dir, out, extra),
                                    start_new_session=True)
@@ -389,15 +525,21 @@ def _checkpoint_check(rank0: dict) -> Check:
     lines = []
     for entry in entries:
         where = entry["file"] + (f"[{entry['key']!r}]" if entry["key"] is not None else "")
-        if entry["loaded"]:
+        if entry.get("removed"):
+            lines.append(f"{where}: saved, then removed by the script")
+        elif entry["loaded"]:
             lines.append(f"{where}: loads strictly into the bare {entry['model']} ({entry['keys']} keys)")
         else:
             lines.append(f"{where}: does not load into the bare model: {entry['error']}")
-    return Check("checkpoint", all(entry["loaded"] for entry in entries), lines)
+    kept = [entry for entry in entries if not entry.get("removed")]
+    if not kept:
+        return Check("checkpoint", None, lines)
+    return Check("checkpoint", all(entry["loaded"] for entry in kept), lines)
 
 
 def render_text(proof: Proof) -> str:
     out = [f"verify --migration: {proof.original} (1 process) vs {proof.migrated} ({WORLD} ranks, gloo, CPU)"]
+    out += [f"both runs: {condition}" for condition in proof.conditions]
     for check in proof.checks:
         verdict = {True: "ok", False: "FAILED", None: "nothing to check"}[check.ok]
         out.append(f"{check.name}: {verdict}")
@@ -411,7 +553,7 @@ COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
 
 def render_html(proof: Proof) -> str:
     """A page with nothing to fetch: the loss curves and the per-rank coverage as inline SVG."""
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>dplint verify --migration</title>"
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>dplint verify --migration</title>"
              "<style>body{font-family:sans-serif;margin:2em;max-width:60em}pre{background:#f6f6f6;padding:.5em}"
              ".ok{color:#287a28}.failed{color:#b22}</style></head><body>",
              f"<h1>Migration proof</h1><p>{html.escape(proof.original)} (1 process) vs {html.escape(proof.migrated)} "
@@ -471,17 +613,39 @@ def _coverage_svg(proof: Proof) -> str:
 
 
 def run_migration(original: str, migrated: str, script_args: list[str], report: Optional[str] = None,
-                  timeout: float = 120.0, quiet: bool = False) -> int:
-    """The command: 0 the migrated script trains the same model, 1 it does not (or a run failed), 2 usage."""
+                  timeout: float = 120.0, quiet: bool = False, data_stub: Optional[str] = None,
+                  no_dropout: bool = False) -> int:
+    """The command: 0 the migrated script trains the same model, 1 it does not (or a run failed), 2 usage.
+
+    `data_stub` (`--data-stub "3x32x32,int:10@64"`): both runs get synthetic data sets of that
+    item structure in place of every data set class the script (or a library) defines, for
+    scripts whose data is not on this machine; see `parse_data_stub`. `no_dropout`
+    (`--no-dropout`): every dropout keeps every unit in both runs, so a model with dropout
+    can be compared step by step."""
     for path in (original, migrated):
         if not os.path.isfile(path):
             print(f"dplint: error: no such script: {path}", file=sys.stderr)
             return 2
+    try:
+        stub = parse_data_stub(data_stub) if data_stub is not None else None
+    except DataStubError as error:
+        print(f"dplint: error: {error}", file=sys.stderr)
+        return 2
+    # without CUDA here, a script that calls `.cuda()` runs with it mapped to the CPU (both runs alike)
+    remap = _calls_cuda(original) or _calls_cuda(migrated)
     with tempfile.TemporaryDirectory(prefix="dplint-migration-") as workdir:
         if not quiet:
             print(f"running {original} (1 process) and {migrated} ({WORLD} ranks, gloo) ...", file=sys.stderr)
-        runs = run_runs(original, migrated, list(script_args), workdir, timeout)
+        runs = run_runs(original, migrated, list(script_args), workdir, timeout, stub, remap, no_dropout)
     proof = judge(original, migrated, runs)
+    if stub is not None:
+        proof.conditions.append(f"every data set class defined by the script or a library replaced by "
+                                f"{stub['size']} synthetic items of ({data_stub.partition('@')[0]}), the same in both "
+                                "(--data-stub); DataLoader workers off")
+    if no_dropout:
+        proof.conditions.append("dropout off: every unit kept (--no-dropout)")
+    if remap:
+        proof.conditions.append("`.cuda()` and CUDA devices mapped to the CPU (no GPU in these runs)")
     sys.stdout.write(render_text(proof))
     if report:
         with open(report, "w", encoding="utf-8") as out:

@@ -16,8 +16,9 @@ import dplint.runner
 from conftest import FIXTURES, MISUSE
 from dplint.cache import Cache, rule_set_key
 from dplint.config import Settings
+from dplint.reports import FileReport
 from dplint.rule import finding_to_dict
-from dplint.runner import FileReport, FixOptions
+from dplint.runner import FixOptions
 
 
 @pytest.fixture(autouse=True)

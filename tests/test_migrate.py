@@ -348,3 +348,189 @@ def test_the_process_group_ends_after_everything_the_main_block_runs():
     assert result.text.endswith('    main()\n    report()\n    dist.destroy_process_group()\n')
     assert 'def report():\n    if dist.get_rank() == 0:\n        print("done")\n' in result.text
     assert result.text.count("dist.destroy_process_group()") == 1
+
+
+# The bare `.cuda()` shape: no device variable; `after` replaces the model's move.
+BARE_CUDA = textwrap.dedent("""\
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    model = nn.Linear(8, 2){move}
+    model = nn.DataParallel(model)
+    loader = DataLoader(data, batch_size=16, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x.{cuda}), y.cuda()).backward()
+            optimizer.step()
+    """)
+
+
+def test_bare_cuda_starts_the_process_group_before_the_first_statement_that_needs_it():
+    # the model's `.cuda()` (line 6) comes before the wrap (line 7) and the loader (line 8):
+    # a `.cuda()` before `set_device` would open a context on GPU 0 in every rank, so the
+    # setup goes just before it
+    result = migrate_source(BARE_CUDA.format(move=".cuda()", cuda="cuda()"))
+    assert result.migrated, result.blockers
+    assert ("# one process per GPU, started by torchrun; a bare `.cuda()` then means this rank's GPU\n"
+            'dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")\n'
+            'local_rank = int(os.environ["LOCAL_RANK"])\n'
+            "if torch.cuda.is_available():\n"
+            "    torch.cuda.set_device(local_rank)\n\n"
+            "model = nn.Linear(8, 2).cuda()\n"
+            'model = DDP(model.to("cuda" if torch.cuda.is_available() else "cpu"), '
+            "device_ids=[local_rank] if torch.cuda.is_available() else None)\n") in result.text
+    assert lint(result.text) == []
+
+
+def test_a_cuda_call_that_names_a_gpu_is_refused_at_its_line():
+    result = migrate_source(BARE_CUDA.format(move="", cuda="cuda(0)"))
+    assert result.blockers == [(13, "`.cuda(...)` names one GPU for every rank: use a bare `.cuda()` "
+                                    "(the rank's GPU after `set_device`) or a device variable")]
+
+
+def test_no_device_and_no_cuda_is_refused():
+    result = migrate_source(BARE_CUDA.format(move="", cuda="float()").replace("y.cuda()", "y"))
+    assert result.blockers[0][0] == 1 and "no device variable" in result.blockers[0][1]
+
+
+def test_bare_cuda_refuses_a_loader_built_in_a_function_the_wrap_s_scope_never_calls():
+    # the loader is built in a method another file calls: where the process group must start
+    # is not in this file
+    text = textwrap.dedent("""\
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Trainer:
+            def build_model(self):
+                self.model = nn.DataParallel(nn.Linear(8, 2)).cuda()
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def build_loader(self):
+                self.data = TensorDataset(torch.randn(64, 8))
+                self.loader = DataLoader(self.data, batch_size=16, shuffle=True)
+
+            def train(self):
+                for (x,) in self.loader:
+                    self.optimizer.zero_grad()
+                    self.model(x.cuda()).sum().backward()
+                    self.optimizer.step()
+        """)
+    result = migrate_source(text)
+    assert result.blockers == [(13, "the training DataLoader is built in a function not called where the model is "
+                                    "wrapped: start the process group by hand")]
+
+
+def test_bare_cuda_shape_sets_the_epoch_through_the_module_level_loader_name():
+    # `for epoch ...: train()`: the loader is the module's `train_loader`, the name there too
+    migrated = (FOLDER / "bare_cuda_file_dataset.py.migrated").read_text()
+    assert "for epoch in range(args.epochs):\n    train_loader.sampler.set_epoch(epoch)\n" in migrated
+
+
+def test_added_imports_go_with_the_torch_imports():
+    migrated = (FOLDER / "bare_cuda_file_dataset.py.migrated").read_text()
+    assert ("from torch.utils.data import DataLoader, Dataset\n"
+            "import torch.distributed as dist\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "from torch.utils.data.distributed import DistributedSampler\n"
+            "import time\n") in migrated
+
+
+def test_a_loader_argument_removed_mid_call_keeps_the_line_breaks():
+    migrated = (FOLDER / "bare_cuda_file_dataset.py.migrated").read_text()
+    assert ("train_loader = DataLoader(train_data, batch_size=args.batch_size // dist.get_world_size(),\n"
+            "                          num_workers=2, pin_memory=True, sampler=DistributedSampler(train_data, shuffle=True))\n"
+            ) in migrated
+
+
+def test_an_all_reduced_sum_over_the_batch_count_counts_every_rank_s_batches():
+    # every rank's shard has the same length, so every rank has len(test_loader) batches
+    result = migrate_source((FOLDER / "bare_cuda_file_dataset.py").read_text())
+    assert ('    state["test_loss"] = loss_sum / (len(test_loader) * dist.get_world_size())'
+            "  # the mean of the batches' losses\n") in result.text
+    assert '    state["test_accuracy"] = correct / len(test_loader.dataset)\n' in result.text  # the whole set already
+    assert any("`len(test_loader)` counts this rank's batches" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("loop, why", [
+    ("for (x, y), _ in zip(loader, loader):", "(it iterates `zip(...)` of several loaders: each needs its own sampler; migrate it by hand)"),
+    ("for x, y in {'train': loader}['train']:", "(it iterates `{'train': loader}['train']`, a loader looked up by key: "
+                                                 "bind the training loader to a name)"),
+])
+def test_a_training_loop_over_no_single_loader_is_refused_saying_what_it_iterates(loop, why):
+    result = migrate_source(SCRIPT.format(after="").replace("for x, y in loader:", loop))
+    assert (13, "no training loop found: no `for` over a DataLoader runs `backward()` " + why) in result.blockers
+
+
+def test_the_epoch_of_a_called_batch_loop_is_the_innermost_loop_s():
+    text = (FOLDER / "bare_cuda_file_dataset.py").read_text().replace(
+        "for epoch in range(args.epochs):\n    began", "for run in range(2):\n  for epoch in range(args.epochs):\n    began")
+    result = migrate_source(text)
+    assert result.migrated, result.blockers
+    assert "for run in range(2):\n  for epoch in range(args.epochs):\n    train_loader.sampler.set_epoch(epoch)\n" in result.text
+
+
+def test_bare_cuda_starts_the_process_group_before_the_call_of_the_loader_helper():
+    # the loader is built in a same-file function: its call, before the wrap, is what needs
+    # the process group first (the batch size is divided by the world size inside it)
+    text = textwrap.dedent("""\
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def make_loader(data):
+            return DataLoader(data, batch_size=16, shuffle=True)
+
+
+        data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+        loader = make_loader(data)
+        model = nn.DataParallel(nn.Linear(8, 2)).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+        """)
+    result = migrate_source(text)
+    assert result.migrated, result.blockers
+    assert "    torch.cuda.set_device(local_rank)\n\nloader = make_loader(data)\n" in result.text
+    assert ("    return DataLoader(data, batch_size=16 // dist.get_world_size(), "
+            "sampler=DistributedSampler(data, shuffle=True))\n") in result.text
+    assert 'model = DDP(nn.Linear(8, 2).to("cuda" if torch.cuda.is_available() else "cpu"), ' in result.text
+
+
+def test_a_script_without_import_torch_gets_it_for_the_set_up():
+    text = textwrap.dedent("""\
+        from torch import nn, optim
+        from torch.utils.data import DataLoader, TensorDataset
+
+        from data import make_data
+
+        data = make_data()
+        loader = DataLoader(data, batch_size=16, shuffle=True)
+        model = nn.DataParallel(nn.Linear(8, 2)).cuda()
+        optimizer = optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+        """)
+    result = migrate_source(text)
+    assert result.migrated, result.blockers
+    assert result.text.startswith("import os\n\nfrom torch import nn, optim\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+                                  "import torch\nimport torch.distributed as dist\n")
+    assert lint(result.text) == []
+
+
+def test_a_cuda_call_with_only_non_blocking_names_no_gpu():
+    result = migrate_source(BARE_CUDA.format(move="", cuda="cuda(non_blocking=True)"))
+    assert result.migrated, result.blockers
+    assert "model(x.cuda(non_blocking=True))" in result.text

@@ -164,8 +164,8 @@ def test_an_analysis_past_its_budget_reports_dpl099_naming_the_rule_and_the_run_
 
 
 def test_a_timed_out_file_is_not_cached(tmp_path):
+    from dplint.reports import TIMEOUT_CODE, FileReport, cacheable
     from dplint.rule import Finding, Position, Severity
-    from dplint.runner import FileReport, TIMEOUT_CODE, cacheable
 
     location = Position(1, 1)
     stopped = FileReport("a.py", [Finding(TIMEOUT_CODE, "analysis-timeout", "m", Severity.ERROR, "a.py", location, location)])

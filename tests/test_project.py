@@ -20,7 +20,8 @@ from conftest import FIXTURES
 from dplint.cache import Cache
 from dplint.config import Settings
 from dplint.project import Project
-from dplint.runner import FileReport, run
+from dplint.reports import FileReport
+from dplint.runner import run
 from dplint.semantic import SemanticModel
 
 PROJECTS = sorted(p for p in FIXTURES.glob("*/project_*") if (p / "expected.txt").exists())
@@ -205,6 +206,22 @@ def test_callers_that_differ_leave_the_parameter_unknown(tmp_path):
     engine = model_of(tmp_path / "engine.py", project)
     returned = engine.flow.own_returns(function_of(engine, "evaluate"))[0].value
     assert [v.known for v in engine.flow.values_at(returned)] == [False]
+
+
+def test_callers_alike_in_other_files_give_their_values(tmp_path):
+    # Two scripts both hand the trainer a wrapper on some path: the parameter holds their
+    # values, and a wrapper is among them.
+    write(tmp_path, {
+        "engine.py": "def evaluate(net):\n    return net\n",
+        "a.py": "import torch.nn as nn\nfrom engine import evaluate\nevaluate(nn.DataParallel(Net()))\n",
+        "b.py": "import torch.nn as nn\nfrom engine import evaluate\nnet = Net()\nif gpus > 1:\n    net = nn.DataParallel(net)\nevaluate(net)\n",
+    })
+    project = Project((str(tmp_path),))
+    engine = model_of(tmp_path / "engine.py", project)
+    returned = engine.flow.own_returns(function_of(engine, "evaluate"))[0].value
+    values = engine.flow.values_at(returned)
+    assert len(values) == 3 and all(v.known for v in values)
+    assert engine.flow.wrapped_on_some_path(returned) is not None and not engine.flow.wrapped_on_every_path(returned)
 
 
 def test_import_cycles_and_broken_files_end(tmp_path):

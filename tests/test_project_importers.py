@@ -48,8 +48,26 @@ def test_an_importer_gives_the_statements_that_pass_values_to_what_it_imports(tm
     pieces = Project((str(tmp_path),)).importer_pieces(str(tmp_path / "helpers.py"))
     assert list(pieces) == [str(tmp_path / "train.py")]
     piece = pieces[str(tmp_path / "train.py")]
-    # the call (to its closing bracket), the caller of its function, what that caller passes
-    assert piece.split("\n") == ["    store(net,", '          "w.pt")', "    fit(net, 3)", "    net = torch.nn.Linear(2, 2)", ""]
+    # the call (to its closing bracket), the caller of its function, what that caller passes,
+    # then the import lines naming what those use
+    assert piece.split("\n") == ["    store(net,", '          "w.pt")', "    fit(net, 3)", "    net = torch.nn.Linear(2, 2)",
+                                  "from helpers import store", "import torch", ""]
+
+
+def test_an_importer_piece_keeps_the_import_that_names_an_aliased_wrapper(tmp_path):
+    write(tmp_path, {
+        "engine.py": "def run(model, x):\n    model.module(x).sum().backward()\n",
+        "main.py": """\
+            import os
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from engine import run
+
+            def main(net):
+                run(DDP(net), 1)
+            """,
+    })
+    piece = Project((str(tmp_path),)).importer_pieces(str(tmp_path / "engine.py"))[str(tmp_path / "main.py")]
+    assert "DistributedDataParallel as DDP" in piece and "import os" not in piece
 
 
 def test_a_package_re_export_leads_to_the_script_importing_the_package(tmp_path):

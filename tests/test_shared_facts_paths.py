@@ -64,7 +64,7 @@ def test_an_elif_chain_ending_in_raise_wraps_on_every_path():
                 raise NotImplementedError(f"parallel mode {mode}")
             torch.save(net.state_dict(), path)
     """)
-    findings = lint(code)
+    findings = [f for f in lint(code) if f.code == "DPL006"]  # (DPL011 asks about the ranks)
     assert [(f.location.row, f.code) for f in findings] == [(13, "DPL006")]
     assert "only on some paths" not in findings[0].message
     assert "torch.save(net.module.state_dict(), path)" in fix(code)

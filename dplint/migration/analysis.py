@@ -13,6 +13,7 @@ from typing import Optional
 import libcst as cst
 
 from dplint.data import is_loader_call, is_tqdm, loader_argument, sampler_call, trains_in
+from dplint.migration.bare_cuda import cuda_calls, setup_anchor
 from dplint.semantic import SemanticModel, argument
 from dplint.training import called_function, parameter_arguments, return_values
 
@@ -44,8 +45,8 @@ class EvalLoop:
 
 @dataclass
 class Plan:
-    device_statement: cst.SimpleStatementLine
-    device_target: cst.BaseExpression  # `device` or `self.device`
+    device_statement: cst.BaseStatement  # the device line, or (bare `.cuda()`) the statement the setup goes before
+    device_target: Optional[cst.BaseExpression]  # `device` or `self.device`; None: bare `.cuda()`, no device variable
     setup_scope: cst.CSTNode  # the function (or module) that now starts the process group
     wrap_call: Optional[cst.Call]  # the nn.DataParallel(...) call, or None for a one-device script
     wrap_statement: cst.CSTNode  # its statement (or the optimizer's, before which DDP is inserted)
@@ -68,6 +69,7 @@ class Plan:
     sampler_swaps: list[tuple[cst.Call, bool]] = field(default_factory=list)  # RandomSampler(ds) -> DistributedSampler(ds, shuffle=True)
     class_references: list[cst.BaseExpression] = field(default_factory=list)  # other `nn.DataParallel` names -> `DDP`
     outer_move: Optional[cst.Call] = None  # `nn.DataParallel(m).to(device)`: the move goes inside DDP
+    batch_counts: list[cst.Call] = field(default_factory=list)  # `len(val_loader)` -> its count over all ranks
     divide_batch: bool = True  # keep the global batch: each rank loads batch_size // world_size
 
 
@@ -99,8 +101,10 @@ def plan(model: SemanticModel, options: Options) -> tuple[Optional[Plan], list[t
         for call in loader_calls(model, iterated(model, loop.iter), loop):
             train_loaders.setdefault(call, loop)
     if not train_loaders:
-        where = line(model, train_loops[0]) if train_loops else 1
-        blockers.append((where, "no training loop found: no `for` over a DataLoader runs `backward()`"))
+        explained = [(loop, _why_no_loader(model, loop)) for loop in train_loops if _why_no_loader(model, loop)]
+        loop, why = explained[0] if explained else (train_loops[0] if train_loops else None, "")
+        where = line(model, loop) if loop is not None else 1
+        blockers.append((where, "no training loop found: no `for` over a DataLoader runs `backward()`" + why))
     elif len(train_loaders) > 1:
         for call in list(train_loaders)[1:]:
             blockers.append((line(model, call), "a second training DataLoader: migrate scripts with one training loop"))
@@ -127,13 +131,17 @@ def plan(model: SemanticModel, options: Options) -> tuple[Optional[Plan], list[t
     if not models and not wraps:
         blockers.append((1, "no model found: no optimizer built from `model.parameters()` and no DataParallel"))
     device = _device_statement(model)
+    bare_cuda, named_cuda = cuda_calls(model)
+    if device is None and not bare_cuda:
+        blockers.append((1, "no device variable (`device = torch.device(...)`) and no `.cuda()`: "
+                            "move the model and batches with `.to(device)` first"))
     if device is None:
-        blockers.append((1, "no device variable (`device = torch.device(...)`): move the model and batches with `.to(device)` first"))
+        for call in named_cuda:
+            blockers.append((line(model, call), "`.cuda(...)` names one GPU for every rank: use a bare `.cuda()` "
+                                                "(the rank's GPU after `set_device`) or a device variable"))
     if blockers:
         return None, sorted(blockers)
     train_loader, train_loop = next(iter(train_loaders.items()))
-    statement, target = device
-    setup_scope = model.scope(statement).node
     if wraps:
         wrap_call = wraps[0]
         wrap_statement = model.statement_of(wrap_call)
@@ -148,6 +156,14 @@ def plan(model: SemanticModel, options: Options) -> tuple[Optional[Plan], list[t
     if model_expr is None:
         blockers.append((line(model, wrap_statement), "the wrapped model is not a plain argument"))
         return None, blockers
+    if device is not None:
+        statement, target = device
+        setup_scope = model.scope(statement).node
+    else:  # a bare `.cuda()` script: the process group starts where it is first needed
+        statement, problem = setup_anchor(model, wrap_statement, train_loader)
+        if statement is None:
+            return None, [(line(model, problem[0]), problem[1])]
+        target, setup_scope = None, model.scope(wrap_statement).node
     moved = model.value_at(model_expr, wrap_statement)
     result = Plan(statement, target, setup_scope, wrap_call, wrap_statement, unwrap_if, model_expr,
                   _is_moved(moved) or _is_moved(model_expr), train_loader)
@@ -183,6 +199,17 @@ def plan(model: SemanticModel, options: Options) -> tuple[Optional[Plan], list[t
     return (None if blockers else result), sorted(blockers)
 
 
+def _why_no_loader(model: SemanticModel, loop: cst.For) -> str:
+    """What the training loop iterates instead of one DataLoader, when it is a known shape."""
+    over = iterated(model, loop.iter)
+    if isinstance(over, cst.Call) and isinstance(over.func, cst.Name) and over.func.value == "zip" and len(over.args) > 1:
+        return " (it iterates `zip(...)` of several loaders: each needs its own sampler; migrate it by hand)"
+    if isinstance(over, cst.Subscript):
+        return (f" (it iterates `{model.module.code_for_node(over)}`, a loader looked up by key: "
+                "bind the training loader to a name)")
+    return ""
+
+
 def _epoch_loop(model: SemanticModel, train_loops: list, train_loader: cst.Call) -> Optional[tuple]:
     """The loop over epochs (a training loop over no loader, with a loop variable) and a name
     of the training loader inside it, for `loader.sampler.set_epoch(epoch)`; None when not
@@ -199,7 +226,21 @@ def _epoch_loop(model: SemanticModel, train_loops: list, train_loader: cst.Call)
                     continue
                 if train_loader in loader_calls(model, node, node):
                     return loop, loop.target, node
-    return None
+    # The batch loop is in a function the epoch loop calls (`for epoch ...: train()`) and the
+    # loader is a name bound once and visible at the epoch loop (a module-level
+    # `train_loader = DataLoader(...)`): that name is the loader there too.
+    statement = model.parent(train_loader)
+    if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0].target, cst.Name)):
+        return None
+    name = statement.targets[0].target.value
+    if len(model.bindings.get(name, ())) != 1:
+        return None
+    candidates = [loop for loop in train_loops
+                  if not loader_calls(model, iterated(model, loop.iter), loop) and isinstance(loop.target, cst.Name)
+                  and getattr(model.binding_at(name, loop), "value", None) is train_loader]
+    # the innermost: in `for run ...: for epoch ...: train()` the epoch is the inner loop's
+    inner = [loop for loop in candidates if not any(loop in model.ancestors(other) for other in candidates if other is not loop)]
+    return (inner[0], inner[0].target, cst.Name(name)) if len(inner) == 1 else None
 
 
 def _end_of_training(model: SemanticModel, result: Plan, train_loops: list) -> Optional[cst.CSTNode]:
@@ -375,12 +416,34 @@ def _plan_evaluation(model: SemanticModel, result: Plan, train_loader: cst.Call,
             blockers.append((line(model, loader), "the evaluation DataLoader's dataset is not a plain name"))
             continue
         result.eval_loops.append(EvalLoop(node, accumulators, loader))
+        counts = _batch_counts(model, node, loader)
+        result.batch_counts += counts
+        for call in counts:
+            result.notes.append(f"line {line(model, call)}: `{model.module.code_for_node(call)}` counts this rank's batches; "
+                                "it divides sums over every rank, so it is multiplied by the world size")
         if swap is not None:
             result.sampler_swaps.append(swap)
         names = ", ".join(name for name, _ in accumulators)
         result.notes.append(f"line {line(model, node)}: evaluation runs on every rank on its shard; {names} {'is' if len(accumulators) == 1 else 'are'} "
                             "summed over the ranks (DistributedSampler pads the shards to equal length, so up to "
                             "world_size - 1 samples count twice when the set does not divide evenly)")
+
+
+def _batch_counts(model: SemanticModel, loop: cst.For, loader: cst.Call) -> list[cst.Call]:
+    """`len(val_loader)` after the evaluation loop, in its function: once the sums are
+    all-reduced they cover every rank's batches, while `len(val_loader)` counts this rank's.
+    Every rank's DistributedSampler shard has the same length, so every rank has that many
+    batches: the count over all ranks is `len(val_loader) * world_size`."""
+    scope = model.scope(loop)
+    found = []
+    for site in model.calls:
+        call = site.node
+        if (site.scope is scope and site.order > model.order(loop) and isinstance(call.func, cst.Name)
+                and call.func.value == "len" and "len" not in model.bindings and len(call.args) == 1
+                and isinstance(call.args[0].value, (cst.Name, cst.Attribute))
+                and loader in loader_calls(model, call.args[0].value, call)):
+            found.append(call)
+    return found
 
 
 PLAIN_ORDER_SAMPLERS = {

@@ -17,6 +17,7 @@ from dplint.semantic import SemanticModel, argument
 
 RANK_ZERO = "dist.get_rank() == 0"
 IMPORTS = {
+    "torch": "import torch",
     "os": "import os",
     "contextlib": "import contextlib",
     "torch.distributed": "import torch.distributed as dist",
@@ -24,7 +25,7 @@ IMPORTS = {
     "torch.utils.data.distributed.DistributedSampler": "from torch.utils.data.distributed import DistributedSampler",
 }
 # The local name each import above must bind.
-IMPORT_NAMES = {"os": "os", "contextlib": "contextlib", "torch.distributed": "dist",
+IMPORT_NAMES = {"torch": "torch", "os": "os", "contextlib": "contextlib", "torch.distributed": "dist",
                 "torch.nn.parallel.DistributedDataParallel": "DDP",
                 "torch.utils.data.distributed.DistributedSampler": "DistributedSampler"}
 SAME_AS = {"torch.utils.data.distributed.DistributedSampler": {"torch.utils.data.DistributedSampler"},
@@ -40,16 +41,23 @@ def rewrite(model: SemanticModel, plan: Plan) -> str:
     code = module.code_for_node
     if "local_rank" in model.bindings:
         raise NameTaken("the name `local_rank` is already used in the script; the migration binds it to LOCAL_RANK")
-    device = code(plan.device_target)
     same_scope = model.scope(plan.wrap_statement).node is plan.setup_scope
     statements: dict[cst.CSTNode, Callable] = {}
     expressions: dict[cst.CSTNode, Callable] = {}
     blocks: dict[cst.CSTNode, Callable] = {}
 
-    statements[plan.device_statement] = lambda updated: _setup(device, updated)
-    local_rank = "local_rank" if same_scope else f"{device}.index"
-    moved = "" if plan.model_is_moved else f".to({device})"
-    device_ids = f"device_ids=[{local_rank}] if {device}.type == \"cuda\" else None"
+    if plan.device_target is not None:
+        device = code(plan.device_target)
+        statements[plan.device_statement] = lambda updated: _setup(device, updated)
+        local_rank = "local_rank" if same_scope else f"{device}.index"
+        moved = "" if plan.model_is_moved else f".to({device})"
+        device_ids = f"device_ids=[{local_rank}] if {device}.type == \"cuda\" else None"
+    else:  # bare `.cuda()`: `set_device` makes it the rank's GPU; without CUDA the model stays on the CPU
+        device = None
+        statements[plan.device_statement] = _setup_before
+        # always moved: a `.cuda()` that ran before `set_device` put it on GPU 0 on every rank
+        moved = '.to("cuda" if torch.cuda.is_available() else "cpu")'
+        device_ids = "device_ids=[local_rank] if torch.cuda.is_available() else None"
     if plan.wrap_call is not None:
         def to_ddp(updated: cst.Call) -> cst.BaseExpression:
             inner = code(updated.args[0].value) + moved
@@ -58,7 +66,10 @@ def rewrite(model: SemanticModel, plan: Plan) -> str:
         if plan.outer_move is not None:
             expressions[plan.outer_move] = lambda updated: updated.func.value  # the move is inside DDP now
         if plan.unwrap_if is not None:
-            statements[plan.unwrap_if] = lambda updated: list(updated.body.body)
+            if plan.unwrap_if is plan.device_statement:  # the process group starts just before the wrap
+                statements[plan.unwrap_if] = lambda updated: _setup_before(_unwrapped(updated))
+            else:
+                statements[plan.unwrap_if] = _unwrapped
     else:
         target = code(plan.model_expr)
         wrap = cst.parse_statement(f"{target} = DDP({target}{moved}, {device_ids})")
@@ -68,6 +79,8 @@ def rewrite(model: SemanticModel, plan: Plan) -> str:
     for evaluation in plan.eval_loops:
         expressions[evaluation.loader] = lambda updated: _sharded_loader(updated, plan, divide=False)
         statements[evaluation.loop] = (lambda names: lambda updated: [updated, *_all_reduce(names, model)])(evaluation.accumulators)
+    for call in plan.batch_counts:
+        expressions[call] = lambda updated: cst.parse_expression(f"({code(updated)} * dist.get_world_size())")
     for statement in plan.rank0_statements:
         statements[statement] = _guarded
     for sampler, shuffles in plan.sampler_swaps:
@@ -85,7 +98,7 @@ def rewrite(model: SemanticModel, plan: Plan) -> str:
     for call in plan.loads:
         # the rank's own device where it is in scope; elsewhere the CPU (load_state_dict copies
         # onto the parameters' devices), never the saving rank's GPU
-        where = device if model.scope(call).node is plan.setup_scope else '"cpu"'
+        where = device if device is not None and model.scope(call).node is plan.setup_scope else '"cpu"'
         expressions[call] = (lambda where: lambda updated: _with_keyword(updated, "map_location", where))(where)
     for statement in plan.prints:
         statements[statement] = _guarded
@@ -103,11 +116,11 @@ def rewrite(model: SemanticModel, plan: Plan) -> str:
     _then(statements, plan.destroy_after, _destroy_after)
 
     rewritten = module.visit(_Rewriter(statements, expressions, blocks))
-    needed = ["os", "torch.distributed", "torch.nn.parallel.DistributedDataParallel",
+    needed = ["torch", "os", "torch.distributed", "torch.nn.parallel.DistributedDataParallel",
               "torch.utils.data.distributed.DistributedSampler"]
     if plan.accumulation is not None:
         needed.insert(1, "contextlib")
-    return _with_imports(rewritten, model, needed).code
+    return _with_imports(rewritten, model, needed, plan.device_statement).code
 
 
 def _then(statements: dict, node: cst.CSTNode, edit: Callable) -> None:
@@ -183,6 +196,35 @@ def _setup(device: str, updated: cst.SimpleStatementLine) -> list:
     return made
 
 
+def _unwrapped(updated: cst.If) -> list:
+    """The body of `if device_count() > 1:`, in the place (and after the blank lines) of the `if`."""
+    body = list(updated.body.body)
+    body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *body[0].leading_lines])
+    return body
+
+
+def _setup_before(updated) -> list:
+    """The process group for a script with no device variable, before the statement that first
+    needs it (or the first of the statements it became); that statement keeps its comments,
+    after one blank line."""
+    rest = []
+    if isinstance(updated, list):
+        updated, rest = updated[0], updated[1:]
+    text = (
+        'dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")\n'
+        'local_rank = int(os.environ["LOCAL_RANK"])\n'
+        "if torch.cuda.is_available():\n"
+        "    torch.cuda.set_device(local_rank)\n"
+    )
+    made = list(cst.parse_module(text).body)
+    lines = list(updated.leading_lines)
+    blank = next((i for i, one in enumerate(lines) if one.comment is not None), len(lines))
+    comment = cst.EmptyLine(comment=cst.Comment("# one process per GPU, started by torchrun; "
+                                                "a bare `.cuda()` then means this rank's GPU"))
+    made[0] = made[0].with_changes(leading_lines=[*lines[:blank], comment])
+    return [*made, updated.with_changes(leading_lines=[cst.EmptyLine(), *lines[blank:]]), *rest]
+
+
 def _guarded(updated: cst.CSTNode) -> cst.If:
     inner = updated.with_changes(leading_lines=())
     guard = cst.parse_statement(f"if {RANK_ZERO}:\n    pass\n")
@@ -218,6 +260,8 @@ def _without_keyword(call: cst.Call, keyword: str) -> tuple[cst.Call, Optional[c
     removed = args.pop(index)
     if index == len(args) and args:  # it was the last: the one before takes its comma and layout
         args[-1] = args[-1].with_changes(comma=removed.comma, whitespace_after_arg=removed.whitespace_after_arg)
+    elif index > 0:  # in the middle: the one before takes its comma, so a line break after it stays
+        args[index - 1] = args[index - 1].with_changes(comma=removed.comma)
     return call.with_changes(args=args), removed.value
 
 
@@ -278,7 +322,7 @@ def _destroy_after(result) -> list:
     return [*statements, destroy]
 
 
-def _with_imports(module: cst.Module, model: SemanticModel, needed: list[str]) -> cst.Module:
+def _with_imports(module: cst.Module, model: SemanticModel, needed: list[str], setup: cst.CSTNode) -> cst.Module:
     present = set(model.imports.values())
     lines = []
     for name in needed:
@@ -296,11 +340,37 @@ def _with_imports(module: cst.Module, model: SemanticModel, needed: list[str]) -
     standard = [text for text in lines if text in ("import os", "import contextlib")]
     torch_side = [cst.parse_statement(text + "\n") for text in lines if text not in standard]
     leading = _leading_imports(body)
-    end = leading[-1] + 1 if leading else 0
+    end = _after_torch_imports(model, setup)
+    if end is None:
+        end = leading[-1] + 1 if leading else 0
     body[end:end] = torch_side
     for text in standard:
         _insert_standard(body, text)
     return module.with_changes(body=body)
+
+
+def _after_torch_imports(model: SemanticModel, setup: cst.CSTNode) -> Optional[int]:
+    """The index just after the module's last top-level `import torch...` / `from torch...`
+    that runs before anything is defined and before the process group starts (the new
+    imports then sit with the torch imports, as isort groups them, and are bound before their
+    first use); None when there is none."""
+    last = None
+    for index, statement in enumerate(model.module.body):
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or statement is setup or any(
+                ancestor is statement for ancestor in model.ancestors(setup)):
+            break
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if isinstance(small, (cst.Import, cst.ImportFrom)) and any(
+                name.split(".")[0] == "torch" for name in _module_names(small)):
+            last = index + 1
+    return last
+
+
+def _module_names(node) -> list[str]:
+    code = cst.Module([]).code_for_node
+    if isinstance(node, cst.Import):
+        return [code(alias.name) for alias in node.names]
+    return [] if node.relative or node.module is None else [code(node.module)]
 
 
 def _leading_imports(body: list) -> list[int]:

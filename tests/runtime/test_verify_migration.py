@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dplint.runtime_check.migration import judge, render_html, render_text, run_migration
+from dplint.runtime_check.migration import DataStubError, judge, parse_data_stub, render_html, render_text, run_migration
 
 from .support import needs_torch
 
@@ -60,16 +60,65 @@ def test_a_migration_without_a_sampler_is_shown_wrong(tmp_path):
     assert done.stdout.endswith("result: the migration is NOT shown to be equivalent\n")
 
 
+# Shapes whose data is not in the fixture: the item structure --data-stub gives them.
+DATA_STUBS = {"bare_cuda_file_dataset": "8,int:2@64"}
+
+
+@needs_torch
+@pytest.mark.runtime
+def test_a_script_whose_data_is_not_here_is_proven_on_stub_data(capsys):
+    # its Dataset lists files that do not exist; --data-stub gives both runs the same 64
+    # synthetic items instead, and its `.cuda()` calls run mapped to the CPU
+    shape = "bare_cuda_file_dataset"
+    status = run_migration(str(SHAPES / f"{shape}.py"), str(SHAPES / f"{shape}.py.migrated"), [],
+                           quiet=True, data_stub=DATA_STUBS[shape])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert ("both runs: every data set class defined by the script or a library replaced by 64 synthetic items "
+            "of (8,int:2), the same in both (--data-stub); DataLoader workers off\n") in out
+    assert "both runs: `.cuda()` and CUDA devices mapped to the CPU (no GPU in these runs)\n" in out
+    assert "loss per step: ok\n  8 steps;" in out  # 64 items, global batch 16, 2 epochs: each step once
+    assert "sampler 1 (in order, 64 samples) epoch 1: every sample once across the ranks (rank 0: 32, rank 1: 32)" in out
+    assert "checkpoint: ok\n  last.pt: loads strictly into the bare Sequential (4 keys)" in out
+
+
+@needs_torch
+@pytest.mark.runtime
+@pytest.mark.slow
+def test_without_the_stub_the_missing_data_is_a_failed_run(capsys):
+    shape = "bare_cuda_file_dataset"
+    status = run_migration(str(SHAPES / f"{shape}.py"), str(SHAPES / f"{shape}.py.migrated"), [], quiet=True)
+    out = capsys.readouterr().out
+    assert status == 1 and "runs: FAILED\n  the original exited with status 1:" in out and "FileNotFoundError" in out
+
+
+@needs_torch
+@pytest.mark.runtime
+@pytest.mark.slow
+def test_no_dropout_makes_a_model_with_dropout_comparable(tmp_path, capsys):
+    original, migrated = tmp_path / "dropout.py", tmp_path / "dropout_ddp.py"
+    for source, target in ((SHAPES / "tutorial_loop.py", original), (SHAPES / "tutorial_loop.py.migrated", migrated)):
+        text = source.read_text().replace("nn.ReLU(), ", "nn.ReLU(), nn.Dropout(0.5), ")
+        assert "nn.Dropout(0.5)" in text
+        target.write_text(text)
+    assert run_migration(str(original), str(migrated), [], quiet=True) == 1  # per-process masks
+    assert "loss per step: FAILED" in capsys.readouterr().out
+    assert run_migration(str(original), str(migrated), [], quiet=True, no_dropout=True) == 0
+    out = capsys.readouterr().out
+    assert "both runs: dropout off: every unit kept (--no-dropout)\n" in out and "loss per step: ok" in out
+
+
 @needs_torch
 @pytest.mark.runtime
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", sorted(p.stem for p in SHAPES.glob("*.py")))
 def test_every_shape_migration_is_proven(shape, capsys):
-    status = run_migration(str(SHAPES / f"{shape}.py"), str(SHAPES / f"{shape}.py.migrated"), [], quiet=True)
+    status = run_migration(str(SHAPES / f"{shape}.py"), str(SHAPES / f"{shape}.py.migrated"), [], quiet=True,
+                           data_stub=DATA_STUBS.get(shape))
     out = capsys.readouterr().out
     assert status == 0, out
     assert "loss per step: ok" in out and "parameters at the end: ok" in out and "samples per epoch: ok" in out
-    if shape in ("checkpoint_resume", "argparse_functions", "trainer_class", "one_device"):
+    if shape in ("checkpoint_resume", "argparse_functions", "trainer_class", "one_device", "bare_cuda_file_dataset"):
         assert re.search(r"checkpoint: ok\n  \S+: loads strictly into the bare \w+ \(\d+ keys\)", out), out
 
 
@@ -122,3 +171,33 @@ def test_a_failed_run_is_reported_with_its_output():
 def test_a_missing_script_is_a_usage_error(tmp_path):
     done = run_cli("verify", "--migration", str(tmp_path / "absent.py"), str(SHAPES / "tutorial_loop.py.migrated"))
     assert done.returncode == 2 and f"dplint: error: no such script: {tmp_path / 'absent.py'}" in done.stderr
+
+
+def test_a_checkpoint_the_script_removed_is_no_failure():
+    removed = {"file": "epoch_0.pt", "key": None, "loaded": False, "error": None, "keys": 0, "model": "Net", "removed": True}
+    kept = {"file": "epoch_1.pt", "key": None, "loaded": True, "error": None, "keys": 2, "model": "Net"}
+    runs = {"failures": [], "original": [record([1.0], [0.5])],
+            "migrated": [record([1.0], [0.5], [shard(0, [0, 2])], [removed, kept]), record([1.0], [0.5], [shard(1, [1, 3])])]}
+    proof = judge("a.py", "b.py", runs)
+    assert proof.ok
+    assert "checkpoint: ok\n  epoch_0.pt: saved, then removed by the script\n  epoch_1.pt: loads strictly" in render_text(proof)
+
+
+def test_the_data_stub_reads_shapes_labels_and_a_size():
+    assert parse_data_stub("3x32x32,int:10") == {"size": 64, "fields": [
+        {"kind": "float", "shape": [3, 32, 32]}, {"kind": "int", "high": 10, "shape": []}]}
+    assert parse_data_stub("float:8, int:5:4x4@12") == {"size": 12, "fields": [
+        {"kind": "float", "shape": [8]}, {"kind": "int", "high": 5, "shape": [4, 4]}]}
+
+
+@pytest.mark.parametrize("spec", ["3x0", "int:", "int:0", "3x32@many", "@8", "float:3:4", "8@0"])
+def test_a_data_stub_it_cannot_read_is_a_usage_error(spec):
+    with pytest.raises(DataStubError, match="--data-stub"):
+        parse_data_stub(spec)
+
+
+def test_a_data_stub_it_cannot_read_stops_before_any_run(capsys):
+    status = run_migration(str(SHAPES / "tutorial_loop.py"), str(SHAPES / "tutorial_loop.py.migrated"), [],
+                           quiet=True, data_stub="3xtwo")
+    assert status == 2
+    assert "dplint: error: --data-stub: cannot read the field '3xtwo'" in capsys.readouterr().err

@@ -1,0 +1,304 @@
+"""Attributes of the instance across classes: what a project base class's methods left
+in ``self.x`` (``bases_binding``, ``project_bases``, the stand-in binding
+``_inherited_binding``, ``_inherited_values``), which calls hand over to the base
+(``super().__init__(...)``, ``Base.m(self, ...)``: ``_base_calls``), whether the class's own
+constructor replaces it, a base method a subclass overrides, and a method's local or
+parameter stored on the instance (``self.args = args``: ``_stored_on_instance``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import libcst as cst
+
+from dplint.flow_common import (
+    _PASSED,
+    Callee,
+    Value,
+    _enclosing_function,
+    _inside,
+    _instance_parameter,
+    _is_static,
+    _owns,
+    class_method,
+)
+from dplint.flow_paths import Condition, Path, _join, _portable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dplint.semantic import Binding, Scope, SemanticModel
+
+
+class AttributesMixin:
+    """``self.x`` across a class and its project bases (part of ``dplint.flow.Flow``)."""
+
+    # ------------------------------------------------------ attributes of base classes
+    def _inherited_binding(self, owner: "Scope", key: str) -> Optional["Binding"]:
+        """A stand-in Binding for "what a project base class's methods left in `self.key`", or
+        None when no base class (of this file or imported, up to three levels) binds it."""
+        if owner is None or owner.kind != "class" or not isinstance(owner.node, cst.ClassDef):
+            return None
+        cache_key = (id(owner.node), key)
+        if cache_key not in self._inherited:
+            self._inherited[cache_key] = None  # a class hierarchy that loops answers "none"
+            if self.bases_binding(owner.node, key):
+                from dplint.semantic import Binding
+
+                stand_in = Binding(key, None, owner.node, owner, -1)
+                self._inherited_of[id(stand_in)] = owner
+                self._inherited[cache_key] = stand_in
+        return self._inherited[cache_key]
+
+    def bases_binding(self, class_node: cst.ClassDef, key: str, depth: int = 3) -> list[tuple]:
+        """(model, ClassDef, class Scope) of the nearest project base classes of `class_node`
+        (a class of this file) whose methods bind `self.key` (`self.model = DDP(model)` in
+        `BaseTrainer.__init__`), first bases first."""
+        cache_key = (id(class_node), key)
+        if cache_key in self._bases_binding:
+            return self._bases_binding[cache_key]
+        self._bases_binding[cache_key] = []
+        found: list = []
+        for base in class_node.bases:
+            named = self._class_named(base.value)
+            if named is None or named[1] is class_node:
+                continue
+            base_model, base_class = named
+            binding = next((b for b in base_model.bindings.get(key, ()) if b.scope.node is base_class), None)
+            if binding is not None:
+                found.append((base_model, base_class, binding.scope))
+            elif depth > 1:
+                found.extend(base_model.flow.bases_binding(base_class, key, depth - 1))
+        self._bases_binding[cache_key] = found
+        return found
+
+    def project_bases(self, class_node: cst.ClassDef, depth: int = 3) -> list[tuple]:
+        """(model, ClassDef) of every project base class of `class_node` (a class of this
+        file), of this file or imported, nearest first, up to `depth` levels."""
+        found: list = []
+        for base in class_node.bases:
+            named = self._class_named(base.value)
+            if named is None or named[1] is class_node or any(named[1] is c for _, c in found):
+                continue
+            found.append(named)
+            if depth > 1:
+                found.extend(b for b in named[0].flow.project_bases(named[1], depth - 1) if not any(b[1] is c for _, c in found))
+        return found
+
+    def _base_calls(self, owner: "Scope", key: str, method: Optional[cst.CSTNode]) -> list[tuple]:
+        """(call, base model, base method, bound) for each call in `method` of a base class's
+        constructor or of a base method that binds `self.key` (`super().__init__(model, cfg)`,
+        `Base.__init__(self, model)`): where the base's value of `self.key` takes over."""
+        if not isinstance(method, cst.FunctionDef) or not isinstance(owner.node, cst.ClassDef):
+            return []
+        cache_key = (id(owner.node), key, id(method))
+        if cache_key in self._base_call_cache:
+            return self._base_call_cache[cache_key]
+        scope = self.model.scope(method.body)
+        self_name = _instance_parameter(self.model, scope) if scope.node is method else None
+        base_names = {base.value.value for base in owner.node.bases if isinstance(base.value, cst.Name)}
+        found = []
+        for call in self._own_calls(method):
+            func = call.func
+            if not isinstance(func, cst.Attribute) or not (
+                isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super"
+                or isinstance(func.value, cst.Name) and func.value.value in base_names
+            ):
+                continue  # cheap test first: only `super().m(...)` and `Base.m(self, ...)` qualify
+            base = self._base_method(owner.node, call, self_name)
+            if base is None:
+                continue
+            base_model, base_method, bound = base
+            if base_method.name.value == "__init__" or any(
+                _inside(base_model, b.node, base_method) for b in base_model.bindings.get(key, ())
+            ):
+                found.append((call, base_model, base_method, bound))
+        self._base_call_cache[cache_key] = found
+        return found
+
+    def _own_calls(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """The calls a function's own body makes (its scope's, not nested functions')."""
+        if self._calls_by_function is None:
+            self._calls_by_function = {}
+            for site in self.model.calls:
+                self._calls_by_function.setdefault(site.scope.node, []).append(site.node)
+        return self._calls_by_function.get(function, [])
+
+    def _constructor_replaces(self, owner: "Scope", key: str, method: cst.CSTNode) -> bool:
+        """Whether the class's own `__init__` (not `method`) surely replaces what its base
+        classes left in `self.key`: a binding after its `super().__init__(...)`, or a binding
+        of its body's top level when it never calls the base's constructor."""
+        constructor = class_method(owner.node, "__init__") if isinstance(owner.node, cst.ClassDef) else None
+        if constructor is None or constructor is method:
+            return False
+        inherited = self._inherited_binding(owner, key)
+        if self._base_calls(owner, key, constructor):
+            left = self._exit_state(owner, key, constructor)
+            return left is not None and not any(b is inherited for b, _ in left)
+        for binding in self.model.bindings.get(key, ()):
+            if binding.scope is owner and _enclosing_function(self.model, binding.node) is constructor:
+                statement = self.model.statement_of(binding.node)
+                if self.model.parent(self.model.parent(statement)) is constructor:
+                    return True
+        return False
+
+    def _inherited_values(self, owner: "Scope", key: str, path: Path, depth: int,
+                          derived: Optional[tuple] = None) -> list[Value]:
+        """What `self.key` may hold as the base classes of `owner` (a class of this file) left
+        it: each base's own values, its constructor's parameters mapped to what this class's
+        `super().__init__(...)` passes, and its branch tests on `self.x` read as this class's.
+        The base's `self.m()` calls run the methods of `derived` (default: `owner`'s class), the
+        class of the instance: a subclass's override of `cuda()` called by the base `__init__`."""
+        derived = derived or (self.model, owner.node)
+        values: list[Value] = []
+        constructor = class_method(owner.node, "__init__")
+        calls = self._base_calls(owner, key, constructor) if constructor is not None else []
+        for base_model, base_class, base_scope in self.bases_binding(owner.node, key):
+            flow = base_model.flow
+            base_init = class_method(base_class, "__init__")
+            to_base = [c for c in calls if c[2] is base_init and base_init is not None]
+            context = ((base_init, to_base[0][0], self.model, to_base[0][3]),) if len(to_base) == 1 else ()
+            for binding, conditions in flow._left_by_others(base_scope, key, None, derived):
+                if binding is _PASSED:
+                    continue
+                override = self._overriding_method(owner, base_model, binding)
+                if id(binding) in flow._inherited_of:
+                    found = flow._inherited_values(base_scope, key, conditions, depth - 1, derived)
+                elif not _owns(base_model, binding):
+                    # bound by a method of the instance's own class (`derived`), which `self.m()`
+                    # in the base ran: that class's values, the path read as that class's
+                    other = derived[0] if _owns(derived[0], binding) else None
+                    found = [Value(self.model, None, ())] if other is None else other.flow._binding_values(
+                        key, binding, _as_subclass_conditions(conditions, base_class, derived[1]), (), depth - 1)
+                elif override is not None:
+                    live = _as_subclass_conditions(conditions, base_class, owner.node)
+                    found = [Value(v.model, v.expr, _join(live, v.conditions), v.binding) for v in
+                             self.returned_values(Callee(self.model, override, True), binding.value, base_model, (), depth - 1)]
+                else:
+                    found = flow._binding_values(key, binding, conditions, context, depth - 1)
+                for value in found:
+                    if value.model is base_model or value.model is self.model:
+                        mapped = _as_subclass_conditions(value.conditions, base_class, owner.node) \
+                            if value.model is base_model else value.conditions
+                        values.append(Value(value.model, value.expr, _join(path, mapped), value.binding))
+                    else:
+                        values.append(Value(value.model, value.expr, _join(path, _portable(value.conditions)), value.binding))
+        return values or [Value(self.model, None, path)]
+
+    def _overriding_method(self, owner: "Scope", base_model: "SemanticModel", binding: "Binding") -> Optional[cst.FunctionDef]:
+        """`self.model = self._build_model().to(device)` in a base class's method, where the
+        subclass `owner` (of this file) defines `_build_model` itself: on its instances the
+        subclass's method runs, so its returns are what the attribute holds."""
+        from dplint.semantic import peel_self_returning
+
+        value = peel_self_returning(binding.value)
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute) \
+                or not isinstance(value.func.value, cst.Name) or not isinstance(owner.node, cst.ClassDef):
+            return None
+        method = _enclosing_function(base_model, binding.node)
+        if method is None or _instance_parameter(base_model, base_model.scope(method.body)) != value.func.value.value:
+            return None
+        return class_method(owner.node, value.func.attr.value)
+
+    def _stored_on_instance(self, owner: "Scope", name: str) -> Optional[tuple]:
+        """(class, attribute) when method `owner` stores its local `name` as `self.attribute`."""
+        if owner.kind != "function" or owner.class_scope is None:
+            return None
+        if self._instance_aliases is None:
+            self._instance_aliases = {}
+            for key, bindings in self.model.bindings.items():
+                if not key.startswith("self."):
+                    continue
+                for binding in bindings:
+                    if isinstance(binding.value, cst.Name):
+                        method = next((a for a in self.model.ancestors(binding.node) if isinstance(a, cst.FunctionDef)), None)
+                        self._instance_aliases.setdefault((method, binding.value.value), (binding.scope.node, key[5:]))
+        found = self._instance_aliases.get((owner.node, name))
+        if found is None and isinstance(owner.node, cst.FunctionDef):
+            key = (id(owner.node), name)
+            if key not in self._base_stores:
+                self._base_stores[key] = self._stored_by_base_method(owner, name)
+            found = self._base_stores[key]
+        return found
+
+    def _stored_by_base_method(self, owner: "Scope", name: str) -> Optional[tuple]:
+        """(class, attribute) when method `owner` hands its local `name` to a base class's method
+        (`super().setup(use_gpu)`, `Base.setup(self, use_gpu=use_gpu)`) whose body stores that
+        parameter as `self.attribute` outright: the subclass's `self.attribute` is then `name`."""
+        class_node = owner.class_scope.node
+        self_name = _instance_parameter(self.model, owner)
+        for call in (site.node for site in self.model.calls_in(owner.node)):
+            if not any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args):
+                continue
+            found = self._base_method(class_node, call, self_name)
+            if found is None:
+                continue
+            base_model, method, bound = found
+            for param in (*method.params.posonly_params, *method.params.params, *method.params.kwonly_params):
+                passed = self.parameter_argument(call, method, param.name.value, bound)
+                if isinstance(passed, cst.Name) and passed.value == name:
+                    attribute = _stores_parameter(method, param.name.value)
+                    if attribute is not None:
+                        return class_node, attribute
+        return None
+
+    def _base_method(self, class_node: cst.ClassDef, call: cst.Call, self_name: Optional[str]) -> Optional[tuple]:
+        """(model, method, bound) of the base class method `call` runs: `super().m(...)`,
+        `super(Cls, self).m(...)` (bound) or `Base.m(self, ...)` (self passed explicitly)."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or self_name is None:
+            return None
+        if isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) and func.value.func.value == "super":
+            bases, bound = class_node.bases, True
+        elif isinstance(func.value, cst.Name) and call.args and isinstance(call.args[0].value, cst.Name) \
+                and call.args[0].value.value == self_name and call.args[0].keyword is None:
+            bases = [base for base in class_node.bases if isinstance(base.value, cst.Name) and base.value.value == func.value.value]
+            bound = False
+        else:
+            return None
+        for base in bases:
+            found = self._class_named(base.value)
+            if found is not None:
+                method = class_method(found[1], func.attr.value)
+                if method is not None and not _is_static(method):
+                    return found[0], method, bound
+        return None
+
+    def _class_named(self, expr: cst.BaseExpression, local: bool = False) -> Optional[tuple]:
+        """(model, ClassDef) of a base class named in this file or (unless `local`) imported
+        from the project."""
+        if not isinstance(expr, cst.Name):
+            return None
+        if expr.value in self.model.classes:
+            return self.model, self.model.classes[expr.value]
+        if local:
+            return None
+        resolved = self.resolve_import(expr.value)
+        if resolved is not None and isinstance(resolved[1], cst.ClassDef):
+            return resolved
+        return None
+
+
+def _as_subclass_conditions(conditions: Path, base_class: cst.ClassDef, subclass: cst.ClassDef) -> Path:
+    """A base class's tests on `self.x` (one test in all its methods) are the same tests in a
+    subclass's methods: the same instance."""
+    return tuple(Condition(c.test, c.holds, id(subclass)) if c.scope == id(base_class) else c for c in conditions)
+
+
+def _stores_parameter(method: cst.FunctionDef, param: str) -> Optional[str]:
+    """The attribute a method stores its parameter in outright (`self.x = param`, a statement
+    of its body, not under a branch); None when it does not."""
+    positional = [*method.params.posonly_params, *method.params.params]
+    if not positional or not isinstance(method.body, cst.IndentedBlock):
+        return None
+    self_name = positional[0].name.value
+    for statement in method.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.Assign) or not isinstance(small.value, cst.Name) or small.value.value != param:
+                continue
+            for target in small.targets:
+                t = target.target
+                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == self_name:
+                    return t.attr.value
+    return None
