@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import libcst as cst
 
@@ -839,6 +839,28 @@ class CallSite:
 BOTH = frozenset((True, False))
 
 
+def is_compound_test(test: cst.BaseExpression) -> bool:
+    """`not x`, `a and b`, `a or b`: tests whose answers `compound_answers` combines."""
+    return isinstance(test, cst.BooleanOperation) or (
+        isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not))
+
+
+def compound_answers(test: cst.BaseExpression,
+                     answers_of: Callable[[cst.BaseExpression], Optional[frozenset]]) -> Optional[frozenset]:
+    """The answers a compound test can give from those of its parts (`answers_of`; None: can't
+    tell): `not` flips them; `and` / `or` combine them, and a part that alone settles the
+    result (`False` for `and`, `True` for `or`) settles it even when the other can't tell."""
+    if isinstance(test, cst.UnaryOperation):
+        inner = answers_of(test.expression)
+        return None if inner is None else frozenset(not value for value in inner)
+    left, right = answers_of(test.left), answers_of(test.right)
+    both_and = isinstance(test.operator, cst.And)
+    settled = frozenset((not both_and,))
+    if left is None or right is None:
+        return settled if settled in (left, right) else None
+    return frozenset((a and b) if both_and else (a or b) for a in left for b in right)
+
+
 def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Optional[CallSite] = None,
                     depth: int = 2, rank: int = 0) -> Optional[frozenset]:
     """The answers `test` can give on the main process of a multi-process job (rank 0, local
@@ -849,17 +871,8 @@ def main_rank_truth(model: SemanticModel, test: cst.BaseExpression, site: Option
     parameter of `site.function` read as what `site.call` passes, are followed. None when a
     part involves a rank in a way this cannot evaluate. With `rank`, the same for the process of
     that rank (and local rank): `is_main_process()` holds on rank 0 only."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = main_rank_truth(model, test.expression, site, depth, rank)
-        return None if inner is None else frozenset(not value for value in inner)
-    if isinstance(test, cst.BooleanOperation):
-        left = main_rank_truth(model, test.left, site, depth, rank)
-        right = main_rank_truth(model, test.right, site, depth, rank)
-        both_and = isinstance(test.operator, cst.And)
-        short = False if both_and else True  # the answer that settles `and` / `or` alone
-        if left is None or right is None:
-            return frozenset((short,)) if frozenset((short,)) in (left, right) else None
-        return frozenset((a and b) if both_and else (a or b) for a in left for b in right)
+    if is_compound_test(test):
+        return compound_answers(test, lambda part: main_rank_truth(model, part, site, depth, rank))
     if isinstance(test, cst.Comparison):
         answer = _main_rank_comparison(test, rank)
         if answer is not None:

@@ -323,22 +323,15 @@ class ValuesMixin:
         does), the parameter holds their values, each with its caller's conditions. Callers
         that differ (one passes a wrapper, another only the bare model) leave it unknown: which
         one runs is the user's choice of script."""
-        values: list[Value] = []
-        kinds = None
-        for caller, call, bound in sites:
-            argument = self.parameter_argument(call, function, param.name.value, bound)
-            if argument is None:
-                return [Value(self.model, None, path)]
-            if argument is param.default:  # `init_dist("pytorch")` leaves `backend="nccl"`
-                passed = self.values_at(argument, param, (), (), depth - 1)
-            else:
-                passed = caller.flow.values_at(argument, call, (), (), depth - 1)
-            shape = frozenset(w.kind for v in passed if v.known and (w := wrapping_built_by(v.model, v.expr)) is not None)
-            if kinds is not None and shape != kinds:
-                return [Value(self.model, None, path)]
-            kinds = shape
-            values.extend(Value(v.model, v.expr, _join(path, _portable(v.conditions)), v.binding) for v in passed)
-        return values
+        per_caller = self._passed_per_call(param, function, sites, depth - 1)
+        if per_caller is None:
+            return [Value(self.model, None, path)]
+        kinds = {frozenset(w.kind for v in passed if v.known and (w := wrapping_built_by(v.model, v.expr)) is not None)
+                 for passed in per_caller}
+        if len(kinds) > 1:
+            return [Value(self.model, None, path)]
+        return [Value(v.model, v.expr, _join(path, _portable(v.conditions)), v.binding)
+                for passed in per_caller for v in passed]
 
     def values_per_caller(self, param: "Binding") -> Optional[list[list[Value]]]:
         """For a parameter's binding: what each call of its function passes (the argument's
@@ -350,17 +343,21 @@ class ValuesMixin:
         if not isinstance(function, cst.FunctionDef):
             return None
         sites = self.all_call_sites(function)
-        if not sites:
-            return None
+        return self._passed_per_call(node, function, sites, _MAX_DEPTH) if sites else None
+
+    def _passed_per_call(self, param: cst.Param, function: cst.FunctionDef, sites: list,
+                         depth: int) -> Optional[list[list[Value]]]:
+        """What each of `sites` passes for `param` (its default's values where a call leaves
+        it), each with the conditions of its own file; None when a call's star-args hide it."""
         per_caller = []
         for caller, call, bound in sites:
-            argument = self.parameter_argument(call, function, node.name.value, bound)
+            argument = self.parameter_argument(call, function, param.name.value, bound)
             if argument is None:
                 return None
-            if argument is node.default:
-                per_caller.append(self.values_at(argument, node))
+            if argument is param.default:  # `init_dist("pytorch")` leaves `backend="nccl"`
+                per_caller.append(self.values_at(argument, param, (), (), depth))
             else:
-                per_caller.append(caller.flow.values_at(argument, call))
+                per_caller.append(caller.flow.values_at(argument, call, (), (), depth))
         return per_caller
 
     def _unpacked_values(self, binding: "Binding", path: Path, context: tuple, depth: int) -> list[Value]:

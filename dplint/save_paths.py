@@ -54,11 +54,13 @@ from dplint.distributed import (
     attribute_values,
     branch_tests,
     callers_of,
+    compound_answers,
     enclosing_function,
     ends_in_exit,
     every_rank_reaches,
     guard_tests,
     has_rank_decorator,
+    is_compound_test,
     is_rank_guarded,
     is_rank_word,
     main_rank_truth,
@@ -314,17 +316,8 @@ def _answers(model: SemanticModel, test: cst.BaseExpression, rank: int, switches
              depth: int = 2) -> Optional[frozenset]:
     """The answers `test` can give on the process of `rank` in a job of several processes;
     None when it can't tell."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _answers(model, test.expression, rank, switches, depth)
-        return None if inner is None else frozenset(not value for value in inner)
-    if isinstance(test, cst.BooleanOperation):
-        left = _answers(model, test.left, rank, switches, depth)
-        right = _answers(model, test.right, rank, switches, depth)
-        both_and = isinstance(test.operator, cst.And)
-        settled = frozenset((not both_and,))  # the answer that settles `and` / `or` alone
-        if left is None or right is None:
-            return settled if settled in (left, right) else None
-        return frozenset((a and b) if both_and else (a or b) for a in left for b in right)
+    if is_compound_test(test):
+        return compound_answers(test, lambda part: _answers(model, part, rank, switches, depth))
     if isinstance(test, cst.Call) and model.qualified_name(test.func) in GROUP_IS_UP:
         return frozenset((True,))
     code = model.code(test).strip()
