@@ -130,6 +130,11 @@ def _loader_class_named(model: SemanticModel, value: Optional[cst.BaseExpression
     if name is None and isinstance(value, cst.Name) and value.value in model.classes:
         if _class_forwards_to_loader(model, model.classes[value.value]):
             return FORWARDING_SUBCLASS
+    elif name not in LOADER_CLASSES and isinstance(value, cst.Name) and model.project is not None:
+        # a project subclass imported from another file (`from ..dataloaders import InfiniteDataLoader`)
+        named = model.flow._class_named(value)
+        if named is not None and _class_forwards_to_loader(*named):
+            return FORWARDING_SUBCLASS
     return name
 
 
@@ -508,7 +513,7 @@ def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
     flow = SamplerFlow(sampler)
     _follow(model, sampler, (), flow, set(), True)
     function = _enclosing_function(model, sampler)
-    if not flow.sets_epoch or flow.escapes or not isinstance(function, cst.FunctionDef):
+    if not (flow.sets_epoch or flow.escapes) or not isinstance(function, cst.FunctionDef):
         return flow
     sites = model.flow.all_call_sites(function) or ()
     if not 2 <= len(sites) <= MAX_FACTORY_CALLS:
@@ -518,11 +523,15 @@ def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
         instance = SamplerFlow(sampler, only_site=(function, call))
         _follow(model, sampler, (), instance, set(), True)
         instances.append(instance)
-    if any(instance.escapes for instance in instances) or all(instance.sets_epoch for instance in instances):
+    # The sampler of a call that escapes (the validation loader handed to a helper we can't
+    # see) says nothing of another call's: only the calls followed to the end are judged.
+    judged = [instance for instance in instances if not instance.escapes]
+    if (flow.escapes and not judged) or (not flow.escapes and len(judged) < len(instances)) \
+            or all(instance.sets_epoch for instance in judged):
         return flow
-    flow.sets_epoch = False
-    flow.holders = [holder for instance in instances if not instance.sets_epoch for holder in instance.holders]
-    flow.iterations = [it for instance in instances for it in instance.iterations
+    flow.sets_epoch = flow.escapes = False
+    flow.holders = [holder for instance in judged if not instance.sets_epoch for holder in instance.holders]
+    flow.iterations = [it for instance in judged for it in instance.iterations
                        if it.replays or not instance.sets_epoch]
     return flow
 
@@ -963,7 +972,8 @@ def _forwards_to_loader(model: SemanticModel, call: cst.Call) -> bool:
 
 
 def _class_forwards_to_loader(model: SemanticModel, node: cst.ClassDef) -> bool:
-    if not any(model.qualified_name(base.value) == DATA_LOADER for base in node.bases):
+    if not any(model.qualified_name(base.value) in (DATA_LOADER, "torch.utils.data.dataloader.DataLoader")
+               for base in node.bases):
         return False
     init = class_method(node, "__init__")
     if init is None:
@@ -1401,6 +1411,8 @@ def is_tqdm(model: SemanticModel, func: cst.BaseExpression) -> bool:
     name = model.qualified_name(func)
     if name in TQDM_NAMES or _tqdm_subclass(model, func, name):
         return True
+    if name is not None and name.rsplit(".", 1)[-1].lower() == "tqdm" and not name.startswith("."):
+        return True  # a package's own progress bar (`from ultralytics.utils import TQDM`): tqdm's subclass
     if name is not None or not isinstance(func, cst.Name) or func.value in model.bindings:
         return False
     return _star_imported(model, func.value) in TQDM_NAMES

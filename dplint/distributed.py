@@ -628,21 +628,25 @@ def enclosing_function(model: SemanticModel, node: cst.CSTNode) -> Optional[cst.
 
 
 def is_rank_guarded(model: SemanticModel, node: cst.CSTNode) -> bool:
-    """Whether a node, inside its own function (or module), runs only on some ranks."""
+    """Whether a node, inside its own function (or module), runs only on some ranks. A test
+    that every process of the job answers alike (`local_rank != -1`, `rank > -1`: "is this a
+    distributed run") singles out no rank."""
     child = node
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             return has_rank_decorator(ancestor)
-        if isinstance(ancestor, cst.If) and child is not ancestor.test and mentions_rank(model, ancestor.test):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and _singles_out_ranks(model, ancestor.test):
             return True
-        if isinstance(ancestor, cst.IfExp) and child is not ancestor.test and mentions_rank(model, ancestor.test):
-            return True
-        if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right and mentions_rank(model, ancestor.left):
+        if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right and _singles_out_ranks(model, ancestor.left):
             return True
         if isinstance(ancestor, (cst.IndentedBlock, cst.Module)) and _after_rank_exit(model, ancestor, child):
             return True
         child = ancestor
     return False
+
+
+def _singles_out_ranks(model: SemanticModel, test: cst.BaseExpression) -> bool:
+    return mentions_rank(model, test) and not same_on_every_rank(model, test)
 
 
 def has_rank_decorator(definition: cst.CSTNode) -> bool:
@@ -661,7 +665,7 @@ def _after_rank_exit(model: SemanticModel, block: cst.CSTNode, statement: cst.CS
     for sibling in block.body:  # type: ignore[attr-defined]
         if sibling is statement:
             return False
-        if isinstance(sibling, cst.If) and mentions_rank(model, sibling.test):
+        if isinstance(sibling, cst.If) and _singles_out_ranks(model, sibling.test):
             branches = [sibling.body, sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None]
             if any(branch is not None and ends_in_exit(model, branch) for branch in branches):
                 return True
@@ -975,7 +979,9 @@ def same_on_every_rank(model: SemanticModel, test: cst.BaseExpression) -> bool:
     """A rank test every process of a distributed job answers alike: `local_rank != -1`,
     `rank >= 0` (-1 meaning "not distributed"), judged for ranks 0, 1 and 2."""
     answers = {main_rank_truth(model, test, rank=rank) for rank in (0, 1, 2)}
-    return len(answers) == 1 and None not in answers
+    # One answer, the same for each rank: a flag that holds either value (`writes = rank == 0`
+    # spelled as two assignments) gives both answers, which tells nothing.
+    return len(answers) == 1 and None not in answers and len(next(iter(answers))) == 1
 
 
 def main_rank_passes(model: SemanticModel, node: cst.CSTNode, site: Optional[CallSite] = None) -> Optional[bool]:

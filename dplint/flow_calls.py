@@ -83,6 +83,8 @@ class CallsMixin:
         model = self.model
         reaching = self.reaching(name, at)
         if len({id(binding) for binding, _ in reaching}) != 1:
+            if not local:
+                return self._one_imported_callee(name, [binding for binding, _ in reaching])
             return None  # defined twice (`if fast: def step()... else: def step()...`)
         for binding, _ in reaching[:1]:
             if isinstance(binding.node, cst.FunctionDef):
@@ -95,6 +97,27 @@ class CallsMixin:
                     return Callee(resolved[0], resolved[1], isinstance(resolved[1], cst.ClassDef))
             return None
         return None
+
+    def _one_imported_callee(self, name: str, bindings: list) -> Optional[Callee]:
+        """`try: from modules import build` / `except ImportError: from .modules import build`:
+        several imports of a name that all resolve to one project definition denote it."""
+        project = self.model.project
+        if project is None or not bindings or not all(isinstance(b.node, cst.ImportFrom) for b in bindings):
+            return None
+        found = set()
+        for binding in bindings:
+            qualified = _imported_as(binding.node, name)
+            try:
+                resolved = project.resolve(qualified, self.model) if qualified else None
+            except Exception:  # a project that cannot answer: unknown
+                resolved = None
+            if resolved is None or not isinstance(resolved[1], (cst.FunctionDef, cst.ClassDef)):
+                return None
+            found.add((id(resolved[1]), resolved))
+        if len({key for key, _ in found}) != 1:
+            return None
+        (_, (owner, node)), = found
+        return Callee(owner, node, isinstance(node, cst.ClassDef))
 
     def callees(self, call: cst.Call, local: bool = False) -> list[Callee]:
         """Every function or class `call` may run: `callee`'s one, or each class a local alias
@@ -351,6 +374,21 @@ def _calls_base_constructor(call: cst.Call, base: cst.ClassDef) -> bool:
     return isinstance(func.value, cst.Name) and func.value.value == base.name.value
 
 
+def _imported_as(node: cst.ImportFrom, name: str) -> Optional[str]:
+    """The dotted name (`.modules.build`) that `from .modules import build` binds to `name`."""
+    from dplint.semantic import dotted_name
+
+    if isinstance(node.names, cst.ImportStar):
+        return None
+    module = "." * len(node.relative) + (dotted_name(node.module) or "" if node.module is not None else "")
+    for alias in node.names:
+        bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
+        imported = dotted_name(alias.name)
+        if (bound or imported) == name and imported:
+            return module + imported if module.endswith(".") else f"{module}.{imported}"
+    return None
+
+
 def _is_method(model: "SemanticModel", function: cst.FunctionDef) -> bool:
     block = model.parent(function)
     return isinstance(model.parent(block), cst.ClassDef) and not _is_static(function)
@@ -360,9 +398,7 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
     """A function whose callers we may not all see: decorated, or referenced other than as
     a callee (a callback, `mp.spawn(main_worker, ...)`). Callers in other files are not
     counted: the file's own calls are what its code shows."""
-    if target.decorators and not all(
-        isinstance(d.decorator, cst.Name) and d.decorator.value in ("staticmethod",) for d in target.decorators
-    ):
+    if not all(_passes_the_call_through(model, d.decorator) for d in target.decorators):
         return True
     callee_nodes = {c.func for c in calls}
     callee_attrs = {c.func.attr for c in calls if isinstance(c.func, cst.Attribute)}
@@ -389,6 +425,23 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
             continue  # a parameter or another definition of the same spelling elsewhere
         return True
     return False
+
+
+# Decorators whose result is called with the caller's arguments and hands them to the function
+# unchanged: its callers are still the calls of its name.
+_CALL_THROUGH_DECORATORS = frozenset((
+    "staticmethod", "torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.set_grad_enabled",
+    "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.compile",
+    "functools.lru_cache", "functools.cache",
+))
+
+
+def _passes_the_call_through(model: "SemanticModel", decorator: cst.BaseExpression) -> bool:
+    """`@staticmethod`, `@torch.no_grad()`, `@torch.inference_mode()`, `@functools.lru_cache`."""
+    func = decorator.func if isinstance(decorator, cst.Call) else decorator
+    if isinstance(func, cst.Name) and func.value == "staticmethod":
+        return True
+    return model.qualified_name(func) in _CALL_THROUGH_DECORATORS
 
 
 def _super_argument(model: "SemanticModel", node: cst.CSTNode) -> bool:

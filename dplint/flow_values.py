@@ -299,8 +299,8 @@ class ValuesMixin:
         # parameter question is asked for every rule, and the lookup may parse other files.
         own = self.call_sites(function)
         sites = [(self.model, call, bound) for call, bound in own] if own else self.all_call_sites(function)
-        if sites and len(sites) > 1 and not own:
-            return self._values_of_alike_callers(param, function, sites, path, depth)
+        if sites and len(sites) > 1:
+            return self._values_of_alike_callers(param, function, sites, path, depth, same_file=bool(own))
         if not sites or len(sites) != 1:
             return [Value(self.model, None, path)]  # no caller, or callers that may differ: say nothing
         (caller, call, bound) = sites[0]
@@ -317,12 +317,17 @@ class ValuesMixin:
         ]
 
     def _values_of_alike_callers(self, param: cst.Param, function: cst.FunctionDef, sites: list, path: Path,
-                                 depth: int) -> list[Value]:
-        """Several callers, all in other files (`Passer(net)` in each of a project's scripts):
-        when every one hands in a wrapper of the same kinds on some path (or none of them
-        does), the parameter holds their values, each with its caller's conditions. Callers
-        that differ (one passes a wrapper, another only the bare model) leave it unknown: which
-        one runs is the user's choice of script."""
+                                 depth: int, same_file: bool = False) -> list[Value]:
+        """Several callers (`evaluate(loader, model)` after each epoch and once for `--eval`;
+        `Passer(net)` in each of a project's scripts): when every one hands in a wrapper of the
+        same kinds on some path (or none of them does), the parameter holds their values, each
+        with its caller's conditions (those of another file as far as they carry over). Callers
+        that differ (one passes a wrapper, another only the bare model or an EMA copy) leave it
+        unknown: which one runs is the user's choice of script, or of call. Calls of this file
+        count only when every value they hand in is alike (all the same wrapper, or none a
+        wrapper), and then without the callers' conditions: those are in the callers' own terms
+        (`if args.distributed:` of the constructor's `args`), which the callee's tests (`if
+        args.distributed:` of its parameter) cannot be matched with."""
         per_caller = self._passed_per_call(param, function, sites, depth - 1)
         if per_caller is None:
             return [Value(self.model, None, path)]
@@ -330,7 +335,13 @@ class ValuesMixin:
                  for passed in per_caller}
         if len(kinds) > 1:
             return [Value(self.model, None, path)]
-        return [Value(v.model, v.expr, _join(path, _portable(v.conditions)), v.binding)
+        if same_file:
+            each = {(v.known and wrapping_built_by(v.model, v.expr) or None) is not None for passed in per_caller for v in passed}
+            if len(each) > 1 or not all(v.known for passed in per_caller for v in passed):
+                return [Value(self.model, None, path)]
+            return [Value(v.model, v.expr, path, v.binding) for passed in per_caller for v in passed]
+        return [Value(v.model, v.expr, _join(path, v.conditions if v.model is self.model else _portable(v.conditions)),
+                      v.binding)
                 for passed in per_caller for v in passed]
 
     def values_per_caller(self, param: "Binding") -> Optional[list[list[Value]]]:
@@ -474,9 +485,15 @@ class ValuesMixin:
         return answers.pop()
 
     # --------------------------------------------------------------------- wrappers
-    def wrappings_at(self, expr, at=None) -> list[tuple[Optional["Wrapping"], Path]]:
+    def wrappings_at(self, expr, at=None, _copies: int = 3) -> list[tuple[Optional["Wrapping"], Path]]:
         found = []
         for value in self.values_at(expr, at):
+            original = copied_object(value.model, value.expr) if value.known and _copies else None
+            if original is not None:
+                # A copy is an object of the copied one's class: `deepcopy(ddp_model)` is a DDP.
+                for wrapping, path in value.model.flow.wrappings_at(original, value.expr, _copies - 1):
+                    found.append((wrapping, _join(value.conditions, path if value.model is self.model else _portable(path))))
+                continue
             # What a wrapper is has one answer (`dplint.wrapper_classes`): torch's, a package's,
             # a project subclass of one, in this file or another.
             wrapping = wrapping_built_by(value.model, value.expr) if value.known else None
@@ -489,6 +506,15 @@ class ValuesMixin:
     def wrapped_on_every_path(self, expr, at=None) -> bool:
         found = self.wrappings_at(expr, at)
         return bool(found) and all(w is not None for w, _ in found)
+
+
+def copied_object(model: "SemanticModel", expr) -> Optional[cst.BaseExpression]:
+    """`x` of `copy.deepcopy(x)` / `copy.copy(x)`: a new object of `x`'s class (None otherwise)."""
+    if not isinstance(expr, cst.Call) or not expr.args or expr.args[0].keyword is not None or expr.args[0].star:
+        return None
+    if model.qualified_name(expr.func) not in ("copy.deepcopy", "copy.copy"):
+        return None
+    return expr.args[0].value
 
 
 def _ends_in_exit(body: cst.BaseSuite, model: "SemanticModel") -> bool:

@@ -273,10 +273,11 @@ class Project:
         found: dict[str, list[str]] = {}
         seen: set = set()
         own = os.path.abspath(path)
-        frontier = [(own, self.imported_definitions(own, text))]
+        frontier = [(own, self.imported_definitions(own, text), 0)]
         for _ in range(depth):
             following = []
-            for importer, imported in frontier:
+            while frontier:
+                importer, imported, re_exports = frontier.pop(0)
                 for other, name in imported:
                     if len(seen) >= limit:
                         break
@@ -287,16 +288,23 @@ class Project:
                     if scanned is None:
                         continue
                     piece = scanned.text if name is None else scanned.definition(name)
-                    if piece is None:
+                    re_export = piece is None
+                    if re_export:
                         # Not defined there: a re-export (`from .x import name`), followed next.
                         piece = scanned.imports_naming(name)
                         if not piece:
                             continue
                     found.setdefault(other, []).append(piece)
-                    # Next level: only the imports of names this definition uses.
+                    # Next level: only the imports of names this definition uses. A re-export
+                    # names the same definition, so following it costs no level (a package's
+                    # `__init__` that re-exports its subpackage's).
                     imports = scanned.import_lines_used_by(name, piece)
                     if imports:
-                        following.append((other, self._piece_imports(other, name, imports, piece)))
+                        entry = (other, self._piece_imports(other, name, imports, piece))
+                        if re_export and re_exports < MAX_RE_EXPORTS:
+                            frontier.append((*entry, re_exports + 1))
+                        else:
+                            following.append((*entry, 0))
             frontier = following
         return {other: "\n".join(pieces) for other, pieces in found.items()}
 

@@ -69,6 +69,7 @@ from dplint.distributed import (
     multi_process_switches,
     on_single_process_branch,
     passed_for,
+    same_on_every_rank,
 )
 from dplint.flow import class_method
 from dplint.semantic import (
@@ -472,6 +473,15 @@ def decided_by_call(model: SemanticModel, test: cst.BaseExpression, call: cst.Ca
         return None
 
 
+def _every_rank_answers(model: SemanticModel, test: cst.BaseExpression) -> Optional[bool]:
+    """The answer each process of a distributed job gives to a rank test they all answer
+    alike (`local_rank > -1`, `rank != -1`: True; the `else` is the run without a launcher)."""
+    if not mentions_rank(model, test) or not same_on_every_rank(model, test):
+        return None
+    (answer,) = main_rank_truth(model, test, rank=0)
+    return answer
+
+
 def reach_in_function(caller: SemanticModel, call: cst.Call, other: SemanticModel, function: cst.FunctionDef,
                       save: cst.CSTNode, bound: bool = False) -> tuple[bool, bool, bool]:
     """(whether the call can reach the save, whether a rank guard the call leaves in force
@@ -492,6 +502,8 @@ def reach_in_function(caller: SemanticModel, call: cst.Call, other: SemanticMode
                 if not isinstance(sibling, cst.If):
                     continue
                 decided = decided_by_call(caller, sibling.test, call, function, params, bound)
+                if decided is None:
+                    decided = _every_rank_answers(other, sibling.test)
                 other_branch = sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None
                 if decided is None:
                     branches = [branch for branch in (sibling.body, other_branch) if branch is not None]
@@ -503,6 +515,8 @@ def reach_in_function(caller: SemanticModel, call: cst.Call, other: SemanticMode
                     return False, False, True
         if isinstance(ancestor, cst.If) and child is not ancestor.test:
             decided = decided_by_call(caller, ancestor.test, call, function, params, bound)
+            if decided is None:
+                decided = _every_rank_answers(other, ancestor.test)
             if decided is not None:
                 decided_any = True
                 if decided != (child is ancestor.body):

@@ -443,6 +443,51 @@ def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str,
     return None
 
 
+def wrapper_kinds_by_test(model: SemanticModel, base: cst.BaseExpression, node: cst.CSTNode) -> Optional[tuple[str, ...]]:
+    """The wrapper kinds `base` must be at `node` because an enclosing test of the object
+    itself holds there and nothing rebinds it in between: `hasattr(m, "module")` (("DP",
+    "DDP"): a wrapper keeps the model there), `isinstance(m, DDP)` (("DDP",)), also in a
+    conditional expression and on the right of `and`. None where no such test encloses it."""
+    key = model.binding_key(base, node)
+    if key is None:
+        return None
+    target = None  # the code of `base`, read once a test could be about it
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return None
+        test, holds = None, True
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            test, holds = ancestor.test, child is ancestor.body
+        elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right and isinstance(ancestor.operator, cst.And):
+            test = ancestor.left
+        if test is not None:
+            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, holds = test.expression, not holds
+            if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value in ("hasattr", "isinstance"):
+                target = model.code(base) if target is None else target
+                kinds = _wrapper_test_kinds(model, test, target)
+                if kinds is not None:
+                    # the same object as tested: no binding of its name between the test and here
+                    same = {id(b) for b, _ in model.flow.reaching(key, test)} == {id(b) for b, _ in model.flow.reaching(key, node)}
+                    return kinds if holds and same else None
+        child = ancestor
+    return None
+
+
+def _wrapper_test_kinds(model: SemanticModel, test: cst.BaseExpression, target: str) -> Optional[tuple[str, ...]]:
+    if not (isinstance(test, cst.Call) and len(test.args) == 2 and model.code(test.args[0].value) == target):
+        return None
+    second = test.args[1].value
+    if isinstance(test.func, cst.Name) and test.func.value == "hasattr":
+        return ("DP", "DDP") if isinstance(second, cst.SimpleString) and second.evaluated_value == "module" else None
+    if isinstance(test.func, cst.Name) and test.func.value == "isinstance":
+        classes = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
+        kinds = [wrapper_kind(model, c) for c in classes]
+        return tuple(dict.fromkeys(kinds)) if kinds and None not in kinds else None
+    return None
+
+
 def attribute_error_handled(model: SemanticModel, node: cst.CSTNode) -> bool:
     """Whether `node` runs in the body of a `try` (in its own function) that an `except`
     catching AttributeError follows (`except AttributeError:`, bare, `Exception`): the

@@ -17,6 +17,7 @@ from dplint.wrappers import (
     tied_to_a_wrapper_having,
     unwrapped_by_a_helper,
     wrapper_has,
+    wrapper_kinds_by_test,
     wrapper_paths,
     wrapping_model,
 )
@@ -41,6 +42,11 @@ class AttributeThroughWrapper(Rule):
     `DataParallel` / DDP add: `module`, `device_ids`, `no_sync`, ...; torch 2.13's own
     list) are never flagged, nor names that start with `_`, nor a wrapped optimizer's
     methods (optimizer-in-dataparallel, DPL010, reports those).
+
+    A test of the object itself is evidence of what it is on its branch, whatever the flow
+    knows of its values: where `hasattr(m, "module")` or `isinstance(m, DDP)` holds and `m`
+    is not rebound since, `m.model` reads through a wrapper (`m.module.model[-1] if
+    hasattr(m, "module") else m.model[-1]` written with the two sides swapped).
 
     Silent when the code cannot tell what the name holds (a parameter that callers pass
     different things, an unknown library's wrapper or a project subclass with its own
@@ -147,8 +153,11 @@ class AttributeThroughWrapper(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Violation]:
         only_inherited = not wrappers_built(model)
-        if only_inherited and not inherited_wrappers(model) and model.project is None:
-            return  # no wrapper built here, returned by a helper the file calls or left by a base class
+        # no wrapper built here, returned by a helper the file calls or left by a base class:
+        # only a test of the object itself can say it is one
+        only_tested = only_inherited and not inherited_wrappers(model) and model.project is None
+        if only_tested and "module" not in model.text and "isinstance" not in model.text:
+            return
         stored = _assigned_attributes(model)
         stores: dict = {}  # per model: attribute -> the Attribute nodes that assign it
         for node in model.nodes_of(cst.Attribute):
@@ -159,6 +168,13 @@ class AttributeThroughWrapper(Rule):
                 continue
             base = node.value
             key = model.binding_key(base, node)
+            tested = wrapper_kinds_by_test(model, base, node) if key is not None else None
+            if tested is not None:
+                if (key, attribute) not in stored and not any(wrapper_has(kind, attribute) for kind in tested):
+                    yield _read_on_tested_wrapper(model, node, tested)
+                continue
+            if only_tested:
+                continue
             if key is None or (key, attribute) in stored or only_inherited and not (
                     _inherited_attribute(model, key, node) or handed_in(model, key, node)):
                 continue
@@ -209,6 +225,25 @@ class AttributeThroughWrapper(Rule):
                 ),
                 fix=fix,
             )
+
+
+def _read_on_tested_wrapper(model: SemanticModel, node: cst.Attribute, kinds: tuple) -> Violation:
+    """`m.x` where the enclosing test says `m` is a wrapper: `m.module.x` is what it meant."""
+    target, attribute = model.code(node.value), node.attr.value
+    kind = " or ".join(WRAPPER_CLASS_NAMES[k] for k in kinds)
+    return Violation(
+        node=node,
+        message=(
+            f"`{target}.{attribute}` reads `{attribute}` through the {kind} wrapper that the enclosing test "
+            f"finds `{target}` to be: torch raises `AttributeError: '{WRAPPER_CLASS_NAMES[kinds[0]]}' object has no "
+            f"attribute '{attribute}'`; read it from the wrapped model, `{target}.module.{attribute}`"
+        ),
+        fix=Fix(
+            Applicability.SAFE,
+            f"Read `{attribute}` from `{target}.module`",
+            (Edit(node, node.with_changes(value=cst.Attribute(node.value, cst.Name("module")))),),
+        ),
+    )
 
 
 def _names_only(expr: cst.BaseExpression) -> bool:
@@ -296,12 +331,14 @@ def _set_on_wrapper(model: SemanticModel, wrapping, attribute: str, stores: dict
 
 
 def _assigned_attributes(model: SemanticModel) -> set[tuple[str, str]]:
-    """(key, attribute) pairs assigned anywhere in the file (`ddp.epoch = 0`, `setattr(ddp, "x", v)`)."""
+    """(key, attribute) pairs assigned anywhere in the file (`ddp.epoch = 0`, `setattr(ddp, "x", v)`),
+    except on an object known to be no wrapper there (`model.head = Head()` before
+    `model = DDP(model)`: the bare model gets the attribute, the wrapper made later does not)."""
     found = set()
     for node in model.nodes_of(cst.Attribute):
         if is_store(model, node):
             key = model.binding_key(node.value, node)
-            if key is not None:
+            if key is not None and not _known_bare_at(model, node.value, node):
                 found.add((key, node.attr.value))
     for site in model.calls:
         call = site.node
@@ -311,3 +348,11 @@ def _assigned_attributes(model: SemanticModel) -> set[tuple[str, str]]:
             if key is not None and isinstance(name, cst.SimpleString):
                 found.add((key, name.evaluated_value))
     return found
+
+
+def _known_bare_at(model: SemanticModel, base: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """Every value `base` may hold at `at` is known, and none is a wrapper."""
+    if isinstance(base, cst.Name) and base.value == model.scope(at).self_name:
+        return False  # `self.x = v` in a method: the instance, whatever class it is
+    values = model.flow.values_at(base, at)
+    return bool(values) and all(v.known for v in values) and all(w is None for w, _ in model.flow.wrappings_at(base, at))

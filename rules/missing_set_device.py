@@ -16,6 +16,7 @@ from dplint.cuda import (
     owner_def,
     selects_a_device_for,
 )
+from dplint.backends import DEFAULT_BACKEND, group_backend
 from dplint.distributed import (
     INIT_PROCESS_GROUP,
     called_functions,
@@ -24,7 +25,7 @@ from dplint.distributed import (
     on_exclusive_branches,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument, literal_value
+from dplint.semantic import SemanticModel, argument
 
 
 
@@ -235,68 +236,11 @@ def _shown_path(path: str) -> str:
 
 
 def _backend(model: SemanticModel, call: cst.Call) -> Optional[str]:
-    """How the message names a group that is NCCL on at least one path the code shows, every
-    other path naming another backend: `"nccl"`, `backend = "nccl" if use_gpu else "gloo"`
-    (the GPU path is the one that places work on `cuda`), `args.backend` whose command-line
-    option defaults to `"nccl"`; also no backend at all (or `None`), with which torch uses
-    NCCL for CUDA tensors (and gloo for CPU ones). None otherwise: a backend read from a
-    config file is unknown, not absent."""
-    backend = argument(call, 0, "backend")
-    if backend is None or _names_none(backend):
+    """How the message names a group that is NCCL on at least one path (`group_backend`)."""
+    backend = group_backend(model, call)
+    if backend == DEFAULT_BACKEND:
         return "Process group with torch's default backend (NCCL for CUDA tensors)"
-    # Collect the file's call sites first, outside this question's step budget: collecting
-    # them asks about parameters again, which would use up the budget and answer "unknown".
-    model.flow.call_sites(call)
-    values = model.flow.values_at(backend, call)
-    names = []
-    for value in values:
-        if not value.known:
-            return None
-        text = _backend_name(value.model, value.expr)
-        if text is None:
-            return None
-        names.append(text)
-    return "NCCL process group" if any("nccl" in name for name in names) else None
-
-
-def _names_none(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "None"
-
-
-def _backend_name(model: SemanticModel, expr: cst.BaseExpression) -> Optional[str]:
-    """The backend a literal names, or the default of the command-line option an
-    `args.<name>` reads (`parser.add_argument("--dist-backend", default="nccl")` in this file)."""
-    try:
-        text = literal_value(expr)
-    except ValueError:
-        text = _option_default(model, expr)
-    return text.lower() if isinstance(text, str) else None
-
-
-def _option_default(model: SemanticModel, expr: cst.BaseExpression) -> Optional[str]:
-    if not isinstance(expr, cst.Attribute):
-        return None
-    wanted = expr.attr.value
-    for site in model.calls:
-        call = site.node
-        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
-            continue
-        dest = argument(call, None, "dest")
-        try:
-            names = [literal_value(dest)] if dest is not None else [
-                literal_value(arg.value) for arg in call.args if arg.keyword is None]
-        except ValueError:
-            continue
-        options = {str(name).lstrip("-").replace("-", "_") for name in names}
-        if wanted not in options or (dest is None and not any(str(n).startswith("--") or not str(n).startswith("-") for n in names)):
-            continue
-        default = argument(call, None, "default")
-        try:
-            value = literal_value(default) if default is not None else None
-        except ValueError:
-            return None
-        return value if isinstance(value, str) else None
-    return None
+    return "NCCL process group" if backend == "nccl" else None
 
 
 def _callers_select_a_device(model: SemanticModel, init: cst.Call) -> bool:

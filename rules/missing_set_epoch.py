@@ -77,10 +77,13 @@ class MissingSetEpoch(Rule):
 
     A factory that builds the sampler each time it runs gives each call a sampler of its
     own: `set_epoch` on the loader one call made (an evaluation loader) does not count for
-    the loader another call made. Also followed: torchdata's `StatefulDataLoader` (torch's
-    parameters, no `set_epoch` of its own); a loader class picked by a conditional
-    (`DataLoader if image_weights else InfiniteDataLoader`, the latter a class of the file
-    handing its `**kwargs` to DataLoader); a project subclass of `tqdm`; a `(sampler, loader)`
+    the loader another call made, and neither does the call whose loader goes where it cannot
+    be followed (the evaluation loader handed to a library's evaluator). Also followed:
+    torchdata's `StatefulDataLoader` (torch's parameters, no `set_epoch` of its own); a
+    loader class picked by a conditional (`DataLoader if image_weights else
+    InfiniteDataLoader`, the latter a class of the file or imported from another, handing its
+    `**kwargs` to DataLoader); a project subclass of `tqdm`, or a package's own progress bar
+    named `tqdm` (`from ultralytics.utils import TQDM`); a `(sampler, loader)`
     pair unpacked from one element of a tuple (`(s, dl), (_, val) = build(a), build(b)`) or
     from one branch of a conditional; a keyword dict from which another key is popped
     (`cfg.pop("shuffle")` leaves `cfg["sampler"]` in place).

@@ -64,6 +64,9 @@ class UnguardedRankSave(Rule):
     (`save_on_master(...)` is silent when its body guards the save). A test in the helper of a
     parameter the call fills with a literal is decided by the call (`if local_rank > -1:` with
     the default -1 guards nothing): such a finding is on the call, where the rank is missing.
+    So is a test every process of a distributed job answers alike (`if local_rank > -1:`
+    given the rank itself: it tells a distributed run from one without a launcher, and every
+    rank passes it).
     A rank handed to the object (`Fitter(model, device=rank)`) guards a save whose test or path
     reads it.
 

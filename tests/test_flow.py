@@ -193,12 +193,26 @@ def test_parameters_follow_the_only_caller_and_constructor_arguments_reach_self(
     assert shown(model, model.flow.values_at(in_helper.args[1].value, in_helper)) == [("3", ())]
 
 
-def test_callers_that_differ_or_escapes_say_nothing():
+def test_callers_that_agree_give_every_value():
     model = model_of(
         """
         def step(m):
             use(m)
         step(a)
+        step(b)
+        """
+    )
+    (in_step,) = [s.node for s in model.calls if model.code(s.node.func) == "use"]
+    assert shown(model, model.flow.values_at(in_step.args[0].value, in_step)) == [("a", ()), ("b", ())]
+
+
+def test_callers_that_differ_or_escapes_say_nothing():
+    model = model_of(
+        """
+        import torch.nn as nn
+        def step(m):
+            use(m)
+        step(nn.DataParallel(a))
         step(b)
         def worker(rank):
             use(rank)
@@ -210,7 +224,7 @@ def test_callers_that_differ_or_escapes_say_nothing():
     assert shown(model, model.flow.values_at(in_step.args[0].value, in_step)) == [(None, ())]
     assert shown(model, model.flow.values_at(in_worker.args[0].value, in_worker)) == [(None, ())]
     (m_param,) = [b for b in model.bindings["m"] if isinstance(b.node, cst.Param)]
-    assert [shown(model, values) for values in model.flow.values_per_caller(m_param)] == [[("a", ())], [("b", ())]]
+    assert [shown(model, values) for values in model.flow.values_per_caller(m_param)] == [[("nn.DataParallel(a)", ())], [("b", ())]]
     (rank_param,) = [b for b in model.bindings["rank"] if isinstance(b.node, cst.Param)]
     assert model.flow.values_per_caller(rank_param) is None  # `worker` escapes into spawn()
 

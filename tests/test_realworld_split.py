@@ -189,9 +189,26 @@ def test_a_deleted_only_statement_leaves_pass():
     assert mutant.text == "def f(s, e):\n    if s is not None:\n        pass\n"
 
 
+def test_set_epoch_of_a_sampler_only_with_an_epoch_that_changes():
+    code = ("def f(s, writer, e, it):\n    s.set_epoch(0)\n    writer.set_epoch(it, 'train')\n"
+            "    s.set_epoch(e)\n")
+    assert [m.line for m in mutants({"f.py": code})["drop-set-epoch"]] == [4]
+
+
+def test_a_name_wrapped_only_in_an_unlinked_file_is_no_site():
+    files = {
+        "main.py": "from torch.nn.parallel import DistributedDataParallel\n"
+                   "model = DistributedDataParallel(net)\n",
+        "tests/test_net.py": "def test_step(model, x):\n    model(x).sum().backward()\n    print(model.module.size)\n",
+    }
+    found = mutants(files)
+    assert found["forward-through-inner"] == [] and found["drop-module-attribute"] == []
+
+
 def test_wrapper_made_in_another_file_is_the_other_file_variant():
     files = {
         "main.py": "from torch.nn.parallel import DistributedDataParallel\n"
+                   "from engine import step\n"
                    "model = DistributedDataParallel(net)\n",
         "engine.py": "def step(model, x):\n    model(x).sum().backward()\n    print(model.module.size)\n",
     }

@@ -263,10 +263,13 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
 # --- the operators ---------------------------------------------------------------------------
 
 def op_drop_set_epoch(ctx: Context) -> Iterator[Mutant]:
-    """Delete a `x.set_epoch(e)` statement."""
+    """Delete a `x.set_epoch(e)` statement: a sampler's (one argument; `writer.set_epoch(it,
+    mode)` is not one), given an epoch that changes (deleting `set_epoch(0)` of a new sampler,
+    whose epoch starts at 0, changes nothing)."""
     for stmt in ctx.sites.statements:
         call = single_call_statement(stmt)
-        if call is not None and last_name(call) == "set_epoch" and isinstance(call.func, cst.Attribute):
+        if call is not None and last_name(call) == "set_epoch" and isinstance(call.func, cst.Attribute) \
+                and len(call.args) == 1 and not isinstance(call.args[0].value, (cst.Integer, cst.SimpleString)):
             text = rewrite(ctx.module, DeleteStatement(stmt))
             if text:
                 yield Mutant("drop-set-epoch", "missing-set-epoch", ctx.path, ctx.line(stmt), text)
@@ -417,11 +420,27 @@ def op_drop_set_device(ctx: Context) -> Iterator[Mutant]:
 
 
 def _wrap_variant(ctx: Context, name: str) -> Optional[str]:
-    """Where a name (its last part: `self.model` -> `model`) is assigned a wrapper."""
+    """Where a name (its last part: `self.model` -> `model`) is assigned a wrapper: this file,
+    or another file that imports this one or that this one imports. A file no import links to
+    this one (a test script beside a training script, both with a `model`) holds another object
+    under the same name: None."""
     files = ctx.repo.wrapped_names.get(name.rsplit(".", 1)[-1], set())
-    if not files:
-        return None
-    return "same-file" if ctx.path in files else "other-file"
+    if ctx.path in files:
+        return "same-file"
+    if any(_imports(ctx.repo, ctx.path, other) or _imports(ctx.repo, other, ctx.path) for other in files):
+        return "other-file"
+    return None
+
+
+def _imports(repo: Repo, importer: str, imported: str) -> bool:
+    """Whether the text of `importer` imports the module of file `imported` (by its last name:
+    `from models.trainer import Trainer`, `import trainer`, `from . import trainer`)."""
+    stem = imported.rsplit("/", 1)[-1][:-3]
+    if stem == "__init__":
+        stem = imported.rsplit("/", 2)[-2] if "/" in imported else stem
+    pattern = re.compile(rf"^\s*(from\s+[\w.]*\b{re.escape(stem)}\b\s+import|from\s+[\w.]+\s+import\s+.*\b{re.escape(stem)}\b"
+                         rf"|import\s+[\w.]*\b{re.escape(stem)}\b)", re.MULTILINE)
+    return bool(pattern.search(repo.files.get(importer, "")))
 
 
 def op_drop_module_attribute(ctx: Context) -> Iterator[Mutant]:
@@ -440,7 +459,10 @@ def op_drop_module_attribute(ctx: Context) -> Iterator[Mutant]:
         base = dotted(inner.value)
         if base is None or base == "self" or node.attr.value in MODULE_API or id(node) in stores:
             continue
-        variant = _wrap_variant(ctx, base) or "no-wrap-seen"
+        variant = _wrap_variant(ctx, base) or ("no-wrap-seen" if not ctx.repo.wrapped_names.get(base.rsplit(".", 1)[-1])
+                                               else None)
+        if variant is None:
+            continue  # the name is wrapped only in files no import links to this one
         text = rewrite(ctx.module, Replace(node, lambda updated: updated.with_changes(value=updated.value.value)))
         if text:
             yield Mutant("drop-module-attribute", "attribute-through-wrapper", ctx.path, ctx.line(node), text,
