@@ -975,13 +975,21 @@ def _parameter_values(model: SemanticModel, name: cst.Name, site: Optional[CallS
     return [value] if value is not None else []
 
 
-def same_on_every_rank(model: SemanticModel, test: cst.BaseExpression) -> bool:
-    """A rank test every process of a distributed job answers alike: `local_rank != -1`,
-    `rank >= 0` (-1 meaning "not distributed"), judged for ranks 0, 1 and 2."""
+def every_rank_answer(model: SemanticModel, test: cst.BaseExpression) -> Optional[bool]:
+    """The one answer every process of a distributed job gives to a rank test: True for
+    `local_rank != -1`, `rank >= 0` (-1 meaning "not distributed"), judged for ranks 0, 1 and
+    2; None when the ranks may answer differently or it can't be told. A flag that holds either
+    value (`writes = rank == 0` spelled as two assignments) gives both answers: None."""
     answers = {main_rank_truth(model, test, rank=rank) for rank in (0, 1, 2)}
-    # One answer, the same for each rank: a flag that holds either value (`writes = rank == 0`
-    # spelled as two assignments) gives both answers, which tells nothing.
-    return len(answers) == 1 and None not in answers and len(next(iter(answers))) == 1
+    if len(answers) != 1 or None in answers:
+        return None
+    (answer,) = answers
+    return next(iter(answer)) if len(answer) == 1 else None
+
+
+def same_on_every_rank(model: SemanticModel, test: cst.BaseExpression) -> bool:
+    """A rank test every process of a distributed job answers alike (`every_rank_answer`)."""
+    return every_rank_answer(model, test) is not None
 
 
 def main_rank_passes(model: SemanticModel, node: cst.CSTNode, site: Optional[CallSite] = None) -> Optional[bool]:

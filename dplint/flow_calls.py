@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import libcst as cst
 
 from dplint.flow_common import Callee, _instance_parameter, _is_static, class_method
+from dplint.semantic import NO_GRAD_CONTEXTS, import_from_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from dplint.semantic import SemanticModel
@@ -106,7 +107,7 @@ class CallsMixin:
             return None
         found = set()
         for binding in bindings:
-            qualified = _imported_as(binding.node, name)
+            qualified = dict(import_from_names(binding.node)).get(name)
             try:
                 resolved = project.resolve(qualified, self.model) if qualified else None
             except Exception:  # a project that cannot answer: unknown
@@ -374,21 +375,6 @@ def _calls_base_constructor(call: cst.Call, base: cst.ClassDef) -> bool:
     return isinstance(func.value, cst.Name) and func.value.value == base.name.value
 
 
-def _imported_as(node: cst.ImportFrom, name: str) -> Optional[str]:
-    """The dotted name (`.modules.build`) that `from .modules import build` binds to `name`."""
-    from dplint.semantic import dotted_name
-
-    if isinstance(node.names, cst.ImportStar):
-        return None
-    module = "." * len(node.relative) + (dotted_name(node.module) or "" if node.module is not None else "")
-    for alias in node.names:
-        bound = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
-        imported = dotted_name(alias.name)
-        if (bound or imported) == name and imported:
-            return module + imported if module.endswith(".") else f"{module}.{imported}"
-    return None
-
-
 def _is_method(model: "SemanticModel", function: cst.FunctionDef) -> bool:
     block = model.parent(function)
     return isinstance(model.parent(block), cst.ClassDef) and not _is_static(function)
@@ -430,7 +416,7 @@ def _escapes(model: "SemanticModel", target: cst.FunctionDef, name: str, owner_c
 # Decorators whose result is called with the caller's arguments and hands them to the function
 # unchanged: its callers are still the calls of its name.
 _CALL_THROUGH_DECORATORS = frozenset((
-    "staticmethod", "torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.set_grad_enabled",
+    *NO_GRAD_CONTEXTS, "torch.enable_grad", "torch.set_grad_enabled",
     "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.compile",
     "functools.lru_cache", "functools.cache",
 ))

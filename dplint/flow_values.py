@@ -336,10 +336,10 @@ class ValuesMixin:
         if len(kinds) > 1:
             return [Value(self.model, None, path)]
         if same_file:
-            each = {(v.known and wrapping_built_by(v.model, v.expr) or None) is not None for passed in per_caller for v in passed}
-            if len(each) > 1 or not all(v.known for passed in per_caller for v in passed):
+            values = [v for passed in per_caller for v in passed]
+            if not all(v.known for v in values) or len({wrapping_built_by(v.model, v.expr) is not None for v in values}) > 1:
                 return [Value(self.model, None, path)]
-            return [Value(v.model, v.expr, path, v.binding) for passed in per_caller for v in passed]
+            return [Value(v.model, v.expr, path, v.binding) for v in values]
         return [Value(v.model, v.expr, _join(path, v.conditions if v.model is self.model else _portable(v.conditions)),
                       v.binding)
                 for passed in per_caller for v in passed]

@@ -57,6 +57,7 @@ from dplint.distributed import (
     compound_answers,
     enclosing_function,
     ends_in_exit,
+    every_rank_answer,
     every_rank_reaches,
     guard_tests,
     has_rank_decorator,
@@ -69,7 +70,6 @@ from dplint.distributed import (
     multi_process_switches,
     on_single_process_branch,
     passed_for,
-    same_on_every_rank,
 )
 from dplint.flow import class_method
 from dplint.semantic import (
@@ -476,10 +476,7 @@ def decided_by_call(model: SemanticModel, test: cst.BaseExpression, call: cst.Ca
 def _every_rank_answers(model: SemanticModel, test: cst.BaseExpression) -> Optional[bool]:
     """The answer each process of a distributed job gives to a rank test they all answer
     alike (`local_rank > -1`, `rank != -1`: True; the `else` is the run without a launcher)."""
-    if not mentions_rank(model, test) or not same_on_every_rank(model, test):
-        return None
-    (answer,) = main_rank_truth(model, test, rank=0)
-    return answer
+    return every_rank_answer(model, test) if mentions_rank(model, test) else None
 
 
 def reach_in_function(caller: SemanticModel, call: cst.Call, other: SemanticModel, function: cst.FunctionDef,

@@ -722,16 +722,7 @@ class _Collector(cst.CSTVisitor):
             else:
                 self.model.relative_star_imports.append(base)  # never torch: for the project layer
             return
-        if not base:
-            return
-        for alias in node.names:
-            name = dotted_name(alias.name)
-            if name is None:
-                continue
-            local = name
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                local = alias.asname.name.value
-            full = base + name if base.endswith(".") else base + "." + name
+        for local, full in import_from_names(node):
             self.model.imports[local] = CANONICAL_NAMES.get(full, full)
             self._bind(local, None, node)
 
@@ -964,6 +955,24 @@ class _Collector(cst.CSTVisitor):
             except ValueError:
                 return False
         return False
+
+
+def import_from_names(node: cst.ImportFrom) -> list[tuple[str, str]]:
+    """(local name, dotted name it binds) for each name of `from m import a as b` (relative
+    imports keep their dots: `.data.build_loader`); none for a star import or a module
+    spelled in a way that names nothing."""
+    dots = "." * len(node.relative)
+    base = dots + (dotted_name(node.module) or "") if node.module is not None else dots
+    if node.module is not None and dotted_name(node.module) is None or isinstance(node.names, cst.ImportStar) or not base:
+        return []
+    found = []
+    for alias in node.names:
+        name = dotted_name(alias.name)
+        if name is None:
+            continue
+        local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
+        found.append((local, base + name if base.endswith(".") else base + "." + name))
+    return found
 
 
 class _Span:
