@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -304,6 +305,7 @@ class Proof:
     rank_losses: list[list[float]] = field(default_factory=list)
     coverage: list[dict] = field(default_factory=list)  # per sampler and epoch: rank of each sample
     conditions: list[str] = field(default_factory=list)  # what both runs had changed alike (stub data, remap)
+    notes: list[str] = field(default_factory=list)  # what happened outside the training (a crash at exit)
 
     @property
     def ok(self) -> bool:
@@ -413,11 +415,13 @@ def run_runs(original: str, migrated: str, script_args: list[str], workdir: str,
                                    start_new_session=True)
         running.append((which, rank, process, log, out))
     deadline = time.monotonic() + timeout
-    result: dict = {"original": [], "migrated": [], "failures": []}
+    result: dict = {"original": [], "migrated": [], "failures": [], "exit_crashes": []}
+    stopped = False
     for which, rank, process, log, out in running:
         try:
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            stopped = True
             for _, _, other, _, _ in running:
                 if other.poll() is None:
                     os.killpg(other.pid, 9)
@@ -428,11 +432,25 @@ def run_runs(original: str, migrated: str, script_args: list[str], workdir: str,
         log.close()
         record_path = os.path.join(out, f"rank{rank}.json")
         record = json.load(open(record_path)) if os.path.exists(record_path) else None
-        if process.returncode != 0 or record is None or not record.get("finished"):
-            label = "the original" if which == "original" else f"the migrated script, rank {rank}"
+        label = "the original" if which == "original" else f"the migrated script, rank {rank}"
+        finished = record is not None and record.get("finished")
+        if finished and process.returncode < 0 and not stopped:
+            # The record is written by the last exit hook: the script had returned. A signal after
+            # it comes from the interpreter's teardown (gloo's threads can abort there, on a loaded
+            # machine, even after destroy_process_group), not from the training being compared.
+            result["exit_crashes"].append(f"{label} was stopped by {_signal_name(-process.returncode)} after the "
+                                          "script had returned and its record was written (at interpreter exit)")
+        elif process.returncode != 0 or not finished:
             result["failures"].append(f"{label} exited with status {process.returncode}:\n{tail}")
         result[which].append(record or {})
     return result
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _close(a: float, b: float) -> bool:
@@ -441,6 +459,7 @@ def _close(a: float, b: float) -> bool:
 
 def judge(original: str, migrated: str, runs: dict) -> Proof:
     proof = Proof(original, migrated)
+    proof.notes += runs.get("exit_crashes", [])
     if runs["failures"]:
         proof.checks.append(Check("runs", False, runs["failures"]))
         return proof
@@ -540,6 +559,7 @@ def _checkpoint_check(rank0: dict) -> Check:
 def render_text(proof: Proof) -> str:
     out = [f"verify --migration: {proof.original} (1 process) vs {proof.migrated} ({WORLD} ranks, gloo, CPU)"]
     out += [f"both runs: {condition}" for condition in proof.conditions]
+    out += [f"note: {note}" for note in proof.notes]
     for check in proof.checks:
         verdict = {True: "ok", False: "FAILED", None: "nothing to check"}[check.ok]
         out.append(f"{check.name}: {verdict}")

@@ -60,6 +60,46 @@ def test_a_migration_without_a_sampler_is_shown_wrong(tmp_path):
     assert done.stdout.endswith("result: the migration is NOT shown to be equivalent\n")
 
 
+CRASH_AT_EXIT = """
+
+class _AbortsAtInterpreterExit:  # like gloo's threads on a loaded machine: a C++ abort during teardown
+    def __del__(self):
+        os.abort()
+
+
+_teardown = _AbortsAtInterpreterExit()
+"""
+
+
+@needs_torch
+@pytest.mark.runtime
+def test_an_abort_after_the_script_returned_is_a_note_not_a_failed_run(tmp_path, capsys):
+    # the probe's record is written by the last exit hook; a signal after it is the interpreter's
+    # teardown, not the training: the comparison stands and the output says what happened
+    migrated = tmp_path / "tutorial_ddp.py"
+    migrated.write_text((SHAPES / "tutorial_loop.py.migrated").read_text() + CRASH_AT_EXIT)
+    status = run_migration(str(SHAPES / "tutorial_loop.py"), str(migrated), [], quiet=True)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    for rank in (0, 1):
+        assert (f"note: the migrated script, rank {rank} was stopped by SIGABRT after the script had returned and "
+                "its record was written (at interpreter exit)\n") in out
+    assert "loss per step: ok" in out and out.endswith("result: the migrated script trains the same model\n")
+
+
+@needs_torch
+@pytest.mark.runtime
+@pytest.mark.slow
+def test_an_abort_before_the_script_returned_is_a_failed_run(tmp_path, capsys):
+    migrated = tmp_path / "tutorial_ddp.py"
+    text = (SHAPES / "tutorial_loop.py.migrated").read_text()
+    migrated.write_text(text.replace("dist.destroy_process_group()\n", "dist.destroy_process_group()\nos.abort()\n"))
+    status = run_migration(str(SHAPES / "tutorial_loop.py"), str(migrated), [], quiet=True)
+    out = capsys.readouterr().out
+    assert status == 1 and "runs: FAILED\n  the migrated script, rank 0 exited with status -6:" in out
+    assert "note:" not in out
+
+
 # Shapes whose data is not in the fixture: the item structure --data-stub gives them.
 DATA_STUBS = {"bare_cuda_file_dataset": "8,int:2@64"}
 
