@@ -56,6 +56,17 @@ def _backend_name(model: SemanticModel, expr: cst.BaseExpression) -> Optional[st
 def option_default(model: SemanticModel, expr: cst.BaseExpression) -> Optional[str]:
     """The string default of the command-line option `args.<name>` reads, where this file
     declares it (`parser.add_argument("--dist-backend", default="nccl")`); None otherwise."""
+    call = option_declaration(model, expr)
+    default = argument(call, None, "default") if call is not None else None
+    try:
+        value = literal_value(default) if default is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def option_declaration(model: SemanticModel, expr: cst.BaseExpression) -> Optional[cst.Call]:
+    """The `add_argument(...)` call of this file that declares the option `args.<name>` reads."""
     if not isinstance(expr, cst.Attribute):
         return None
     wanted = expr.attr.value
@@ -72,10 +83,5 @@ def option_default(model: SemanticModel, expr: cst.BaseExpression) -> Optional[s
         options = {str(name).lstrip("-").replace("-", "_") for name in names}
         if wanted not in options or (dest is None and not any(str(n).startswith("--") or not str(n).startswith("-") for n in names)):
             continue
-        default = argument(call, None, "default")
-        try:
-            value = literal_value(default) if default is not None else None
-        except ValueError:
-            return None
-        return value if isinstance(value, str) else None
+        return call
     return None

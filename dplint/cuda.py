@@ -45,7 +45,8 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from dplint.distributed import callers_of, on_exclusive_branches
+from dplint.backends import option_declaration
+from dplint.distributed import attribute_values, callers_of, mentions_rank, mentions_spawn_index, on_exclusive_branches
 from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, keyword_arg, literal_value
 from dplint.wrapper_classes import wrapping_built_by
 
@@ -548,6 +549,56 @@ def visible_devices_writes(model: SemanticModel) -> list[VisibleDevicesWrite]:
     return writes
 
 
+def selects_by_visible_devices(model: SemanticModel) -> bool:
+    """Whether the file may give each process its own GPU through CUDA_VISIBLE_DEVICES (each
+    then sees that GPU as GPU 0): a write whose value can differ between the processes of one
+    launch. A value every process computes alike (a literal, a command-line option, a list
+    written by the launcher before it spawns the workers, strings built from those) shows
+    every process the same GPUs, and `cuda` is the first of them in all. A file that names the
+    variable only in ways not read here (an `env` dict handed to a child) counts: unknown."""
+    if VISIBLE_DEVICES not in model.text:
+        return False
+    writes = visible_devices_writes(model)
+    return not writes or any(_may_differ_per_process(model, expr, write.node) for write in writes for expr in write.inputs)
+
+
+# Calls that build a string from their arguments, and nothing else: alike in every process
+# when those are. (`",".join(...)`, `"{}".format(...)` are read by their method's name.)
+STRING_BUILDERS = {"str", "int", "len", "map", "list", "tuple", "sorted", "range", "join", "format", "split", "strip",
+                   "replace"}
+
+
+def _may_differ_per_process(model: SemanticModel, value: cst.BaseExpression, at: cst.CSTNode, depth: int = 2) -> bool:
+    """Whether a value may differ between the processes of one launch: it reads a rank (the
+    launcher's LOCAL_RANK, `args.local_rank`), the index `mp.spawn` passes, a name or
+    attribute bound to one of those, or the result of a call the file does not show
+    (`claim_free_gpu()`)."""
+    if mentions_rank(model, value) or mentions_spawn_index(model, value, at):
+        return True
+    for node in _nodes(value):
+        if isinstance(node, cst.Call):
+            func = node.func
+            word = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if word not in STRING_BUILDERS:
+                return True
+        elif depth > 0 and isinstance(node, cst.Name) and not isinstance(model.parent(node), cst.Attribute):
+            bound = model.value_at(node, at, depth=1)
+            if bound is not None and bound is not node and _may_differ_per_process(model, bound, at, depth - 1):
+                return True
+        elif depth > 0 and isinstance(node, cst.Attribute):
+            if any(_may_differ_per_process(model, bound, bound, depth - 1) for bound in attribute_values(model, node)):
+                return True  # `args.gpu = gpu` in the spawned worker, then `str(args.gpu)`
+    return False
+
+
+def _nodes(expr: cst.CSTNode):
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(node.children)
+
+
 def _root_name(expr: cst.BaseExpression) -> cst.Name:
     while isinstance(expr, cst.Attribute):
         expr = expr.value
@@ -643,8 +694,8 @@ def bare_cuda_placements(model: SemanticModel) -> list[cst.Call]:
             if device is not None and _holds_bare_cuda(model, device, call):
                 found.append(call)
             continue
-        if not isinstance(call.func, cst.Attribute) or site.qualified_name is not None:
-            continue  # other module functions
+        if not isinstance(call.func, cst.Attribute) or site.qualified_name is not None and site.qualified_name.startswith("torch."):
+            continue  # torch's functions; `config.model.cuda()` of `from train_config import config` is a method
         method = call.func.attr.value
         if method == "cuda" and not call.args:
             found.append(call)
@@ -654,13 +705,33 @@ def bare_cuda_placements(model: SemanticModel) -> list[cst.Call]:
 
 
 def _holds_bare_cuda(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    """A bare `cuda` literal, or a name each known value of which is one (none unknown)."""
+    """A bare `cuda` literal, a name each known value of which is one (none unknown), or an
+    attribute of an object handed around (`args.device`, read in `Trainer(args)`'s methods)."""
     if is_bare_cuda(expr):
         return True
+    if isinstance(expr, cst.Attribute) and model.binding_key(expr, at) is None:
+        return _attribute_holds_bare_cuda(model, expr)
     if not isinstance(expr, cst.Name):
         return False
     values = model.flow.values_at(expr, at)
-    return bool(values) and all(value.known and is_bare_cuda(value.expr) for value in values)
+    return bool(values) and all(value.known and (is_bare_cuda(value.expr) or isinstance(value.expr, cst.Attribute) and _attribute_holds_bare_cuda(value.model, value.expr)) for value in values)
+
+
+def _attribute_holds_bare_cuda(model: SemanticModel, attribute: cst.Attribute) -> bool:
+    """Whether every value this file gives an attribute spelled so is a device literal, one of
+    them bare `cuda` and the others `cpu` (`args.device = "cuda"` / `else: args.device =
+    "cpu"`, or the default of the `--device` option): like `"cuda" if gpu else "cpu"`, bare
+    `cuda` on the GPU path. An attribute the file never sets, or sets to anything else
+    (`f"cuda:{local_rank}"`, a config's value), is not known to be."""
+    values = list(attribute_values(model, attribute))
+    option = option_declaration(model, attribute)
+    if option is not None:
+        default = argument(option, None, "default")
+        if default is None:
+            return False  # the option's value when not given is None: the command line decides
+        values.append(default)
+    return bool(values) and all(is_bare_cuda(value) or _names(value, "cpu") for value in values) and any(
+        is_bare_cuda(value) for value in values)
 
 
 def is_bare_cuda(expr: cst.BaseExpression) -> bool:
@@ -685,7 +756,7 @@ def selects_a_device(model: SemanticModel, depth: int = DEVICE_SEARCH_DEPTH, see
     if id(model) in seen:
         return False
     seen.add(id(model))
-    if VISIBLE_DEVICES in model.text or any(site.qualified_name == SET_DEVICE for site in model.calls):
+    if selects_by_visible_devices(model) or any(site.qualified_name == SET_DEVICE for site in model.calls):
         return True
     return depth > 0 and any(
         _other_file_selects(model, site, depth, seen) for site in model.calls)
@@ -776,7 +847,7 @@ def selects_a_device_for(model: SemanticModel, init: cst.Call, ignored: frozense
     is called by nobody the file shows (an `mp.spawn` target, a hook), a `set_device` of any
     other function of the file may run there first, and counts. `ignored`: set_device calls
     left out (see late_set_device)."""
-    if VISIBLE_DEVICES in model.text:
+    if selects_by_visible_devices(model):
         return True
     process = group_process(model, init)
     on_path = {function for function, _ in process.path}
@@ -838,7 +909,7 @@ def caller_selects_a_device(caller: SemanticModel, model: SemanticModel, process
     `set_device` or CUDA_VISIBLE_DEVICES write of its own, or a call of a function that runs
     one; the functions of the group's own path are left out, being judged branch by branch
     (`parse_gpu(args)` whose other platform's branch sets the device is no selection)."""
-    if VISIBLE_DEVICES in caller.text:
+    if selects_by_visible_devices(caller):
         return True
     on_path = {function for function, _ in process.path}
     for site in caller.calls:

@@ -336,21 +336,27 @@ class CallsMixin:
         return result
 
     def parameter_argument(self, call: cst.Call, function: cst.FunctionDef, name: str, bound: bool) -> Optional[cst.BaseExpression]:
-        """The expression a call passes for parameter `name` (or its default); None if unclear."""
+        """The expression a call passes for parameter `name` (or its default); None if unclear.
+        Positional arguments before the first `*spread` fill the first parameters, and a
+        keyword names its own: `f(backend, **kwargs)` passes `backend` first whatever kwargs
+        holds (giving it twice is a TypeError). A parameter no explicit argument fills may be
+        filled by a `*args` or `**kwargs` spread: unclear."""
         params = function.params
         positional = [*params.posonly_params, *params.params]
         if bound and positional:
             positional = positional[1:]
-        if any(arg.star for arg in call.args):
-            return None
-        index = 0
+        index, spread = 0, False
         for arg in call.args:
-            if arg.keyword is None:
-                if index < len(positional) and positional[index].name.value == name:
+            if arg.star:
+                spread = True
+            elif arg.keyword is None:
+                if not spread and index < len(positional) and positional[index].name.value == name:
                     return arg.value
                 index += 1
             elif arg.keyword.value == name:
                 return arg.value
+        if spread:
+            return None
         for param in (*positional, *params.kwonly_params):
             if param.name.value == name:
                 return param.default

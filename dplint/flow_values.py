@@ -488,9 +488,11 @@ class ValuesMixin:
     def wrappings_at(self, expr, at=None, _copies: int = 3) -> list[tuple[Optional["Wrapping"], Path]]:
         found = []
         for value in self.values_at(expr, at):
-            original = copied_object(value.model, value.expr) if value.known and _copies else None
+            original = (copied_object(value.model, value.expr) or compiled_module(value.model, value.expr)
+                        if value.known and _copies else None)
             if original is not None:
                 # A copy is an object of the copied one's class: `deepcopy(ddp_model)` is a DDP.
+                # `torch.compile(ddp_model)` holds it and hands it every attribute read.
                 for wrapping, path in value.model.flow.wrappings_at(original, value.expr, _copies - 1):
                     found.append((wrapping, _join(value.conditions, path if value.model is self.model else _portable(path))))
                 continue
@@ -515,6 +517,15 @@ def copied_object(model: "SemanticModel", expr) -> Optional[cst.BaseExpression]:
     if model.qualified_name(expr.func) not in ("copy.deepcopy", "copy.copy"):
         return None
     return expr.args[0].value
+
+
+def compiled_module(model: "SemanticModel", expr) -> Optional[cst.BaseExpression]:
+    """`m` of `torch.compile(m, ...)`: the OptimizedModule it returns keeps `m` as `_orig_mod`
+    and forwards attribute reads to it (`compiled.module` is the DDP's inner model), so what
+    `m` is as a wrapper, the result is too. None otherwise."""
+    if not isinstance(expr, cst.Call) or not expr.args or expr.args[0].keyword is not None or expr.args[0].star:
+        return None
+    return expr.args[0].value if model.qualified_name(expr.func) == "torch.compile" else None
 
 
 def _ends_in_exit(body: cst.BaseSuite, model: "SemanticModel") -> bool:

@@ -1237,6 +1237,79 @@ def exclusive_paths(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNod
     return any(test in tests and tests[test] != truth for test, truth in second_conditions.values())
 
 
+def choice_fixed_for_the_loop(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether the `if` that puts two nodes on exclusive paths answers alike on every
+    iteration of a loop around both: its test reads only names and attributes the loop never
+    binds (a parameter, `config.use_amp`) and calls nothing. Such a choice is made once for
+    the run, not per step (`if (step + 1) % accumulate:` reads the loop's counter; `if sync:`
+    with no loop in the function is its callers' choice, per call: not fixed)."""
+    loops = [loop for loop in _loops_around(model, first) if loop in _loops_around(model, second)]
+    if not loops:
+        return False
+    tests = _separating_tests(model, first, second)
+    if not tests:
+        return False
+    bound = _bound_in(loops[-1])
+    for test in tests:
+        for node in _walk(test):
+            if isinstance(node, cst.Call):
+                return False
+            if isinstance(node, (cst.Name, cst.Attribute)) and model.code(node).strip() in bound:
+                return False
+    return True
+
+
+def _separating_tests(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> list[cst.BaseExpression]:
+    first_conditions, second_conditions = _path_conditions(model, first), _path_conditions(model, second)
+    found = [node.test for node, (_, truth) in first_conditions.items()
+             if node in second_conditions and second_conditions[node][1] != truth]
+    if not found:
+        opposite = {test for test, truth in second_conditions.values()} & {
+            test for test, truth in first_conditions.values()}
+        found = [node.test for node, (test, truth) in first_conditions.items()
+                 if test in opposite and any(t == test and v != truth for t, v in second_conditions.values())]
+    return found
+
+
+def _loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
+    loops, child = [], node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(ancestor, (cst.For, cst.While)) and ancestor.body is child:
+            loops.append(ancestor)
+        child = ancestor
+    return loops[::-1]
+
+
+def _bound_in(loop: cst.CSTNode) -> set[str]:
+    """The code of every name and attribute the loop binds: its target, assignments, `with
+    ... as`, walrus and inner loops' targets."""
+    code = cst.Module(body=[]).code_for_node
+    bound: set[str] = set()
+    targets = [loop.target] if isinstance(loop, cst.For) else []
+    for node in _walk(loop.body):
+        if isinstance(node, cst.Assign):
+            targets += [target.target for target in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
+            targets.append(node.target)
+        elif isinstance(node, (cst.AsName, cst.NamedExpr)):
+            targets.append(node.name if isinstance(node, cst.AsName) else node.target)
+    for target in targets:
+        for part in _walk(target):
+            if isinstance(part, (cst.Name, cst.Attribute)):
+                bound.add(code(part).strip())
+    return bound
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(current.children)
+
+
 def _path_conditions(model: SemanticModel, node: cst.CSTNode) -> dict[cst.CSTNode, tuple[str, bool]]:
     """The `if` statements and `a if test else b` expressions around a node in its function,
     with their test's code and the branch (True for the body) that holds it; `not x` is read as

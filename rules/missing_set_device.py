@@ -38,12 +38,17 @@ class MissingSetDevice(Rule):
     `add_argument("--<name>", default="nccl")` is in the file; no backend at all, with which
     torch uses NCCL for CUDA tensors) when its process places work on the bare `cuda` device
     (`x.cuda()`, `x.to("cuda")`, `torch.device("cuda")`, a torch call given
-    `device="cuda"`, also through a name that holds `"cuda"`) and never selects a GPU:
+    `device="cuda"`, also through a name that holds `"cuda"`, and through an attribute every
+    value of which the file sets to `"cuda"` or `"cpu"`: `args.device = "cuda"` read in
+    `Trainer(args)`, a `--device` option defaulting to `"cuda"`) and never selects a GPU:
     no `torch.cuda.set_device(...)` on the process's path (the init's function, the
     functions of the file that call it, and the project functions those call, three calls
     deep, across files), none in the files of every caller of a helper that starts the
     group for other files, no `device_id=` given to `init_process_group`, and no
-    `CUDA_VISIBLE_DEVICES` written by the script. A `set_device` on the other branch of a
+    `CUDA_VISIBLE_DEVICES` written by the script with a value that can differ per process
+    (from the local rank, the `mp.spawn` index, or a call the file does not show). One value
+    for all (`os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus` before `mp.spawn`) shows every
+    process the same GPUs, and `cuda` is the first of them in each. A `set_device` on the other branch of a
     test than the path (`if args.distributed: init_process_group(...)` / `elif args.gpu:
     set_device(args.gpu)`; a slurm launcher's function beside the torchrun one's) runs in
     another kind of run and does not count. Where a file starts several process groups (a

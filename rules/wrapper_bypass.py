@@ -8,7 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import Binding, CallSite, SemanticModel, Wrapping
-from dplint.training import backprops, exclusive_paths, feeds_backward, held_wrapper, inner_model_use, wrapper_reference
+from dplint.training import backprops, choice_fixed_for_the_loop, exclusive_paths, feeds_backward, held_wrapper, inner_model_use, wrapper_reference
 
 
 class WrapperBypass(Rule):
@@ -53,8 +53,13 @@ class WrapperBypass(Rule):
     results) and as a warning under nn.DataParallel (slow).
 
     Evaluation through the inner model under `torch.no_grad()` is fine and not flagged; so
-    is a function that chooses between the two forwards, on exclusive paths (skipping the
-    all-reduce on gradient-accumulation steps on purpose: `ddp(x) if sync else ddp.module(x)`).
+    is a function that chooses between the two forwards per step, on exclusive paths (skipping
+    the all-reduce on gradient-accumulation steps on purpose: `ddp(x) if sync else
+    ddp.module(x)` with `sync` computed in the loop). A choice the loop makes once for the
+    run (`if config.use_amp:` around the inner forward, the wrapper's in the `else:`) is no
+    accumulation: every step of such a run skips the all-reduce, and it is flagged. A
+    `torch.compile` of the wrapper is the wrapper for this rule: `compiled.module` reads the
+    DDP's inner model through the compiled module.
 
     ## Example
     ```python
@@ -302,11 +307,14 @@ def _wrapper_forward_is_backpropagated(model: SemanticModel, wrapping: Wrapping,
     accumulating local gradients on purpose, what `no_sync()` does): a back-propagated forward
     through the same wrapper on a path that excludes the inner one (`anywhere`: on any path).
     Two forwards that run one after the other are no choice: the inner one's gradients are
-    never all-reduced."""
+    never all-reduced; nor is a choice the training loop makes once for the run (`if
+    config.use_amp:` around the inner one, `else:` the wrapper): then every step of such a
+    run skips the all-reduce."""
     for site in model.calls:
         if site.scope is not inner.scope or site.in_no_grad or site is inner:
             continue
         if held_wrapper(model, site.node.func) is wrapping and feeds_backward(model, site.node) \
-                and (anywhere or exclusive_paths(model, site.node, inner.node)):
+                and (anywhere or exclusive_paths(model, site.node, inner.node)
+                     and not choice_fixed_for_the_loop(model, site.node, inner.node)):
             return True
     return False

@@ -251,3 +251,34 @@ def test_set_device_variant_says_whether_the_file_uses_the_bare_cuda_device():
     assert mutants({"train.py": TRAIN})["drop-set-device"][0].variant == "bare-cuda"
     indexed = TRAIN.replace("model.cuda()", "model.cuda(rank)")
     assert mutants({"train.py": indexed})["drop-set-device"][0].variant == "indexed-cuda"
+
+
+ONE_PROCESS_BRANCHES = textwrap.dedent("""\
+    import torch
+    import torch.distributed as dist
+
+
+    def main(args, model, device="cuda"):
+        if args.local_rank == -1:
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            torch.cuda.set_device(args.local_rank)
+            device = torch.device("cuda", args.local_rank)
+            dist.init_process_group("nccl")
+        if args.distributed:
+            model = torch.nn.parallel.DistributedDataParallel(model.to(device))
+        elif args.gpu is not None:
+            torch.cuda.set_device(args.gpu)
+            model = model.cuda(args.gpu)
+        return model
+""")
+
+
+def test_set_device_variant_reads_the_branches_around_the_site():
+    # the first set_device's only bare `cuda` is on the other branch of its `if`, and the
+    # parameter default is a caller's to replace: indexed; the second serves the one-process run
+    first, second = mutants({"train.py": ONE_PROCESS_BRANCHES})["drop-set-device"]
+    assert (first.line, first.variant) == (9, "indexed-cuda")
+    assert (second.line, second.variant) == (15, "one-process-branch")
+    bare = ONE_PROCESS_BRANCHES.replace("model.to(device)", "model.cuda()")
+    assert [m.variant for m in mutants({"train.py": bare})["drop-set-device"]] == ["bare-cuda", "one-process-branch"]

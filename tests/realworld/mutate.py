@@ -406,8 +406,7 @@ def _unwrapped_body(updated: cst.If):
 
 def op_drop_set_device(ctx: Context) -> Iterator[Mutant]:
     """Delete `torch.cuda.set_device(...)` in a repository that uses NCCL.  The variant says
-    whether the file places work on the bare `cuda` device (`.cuda()`, `"cuda"`), where the
-    deletion matters, or only on indexed devices (`.cuda(args.gpu)`), where it may not."""
+    whether the deletion matters to a rank (see _set_device_variant)."""
     if not ctx.repo.mentions_nccl:
         return
     for stmt in ctx.sites.statements:
@@ -416,7 +415,81 @@ def op_drop_set_device(ctx: Context) -> Iterator[Mutant]:
             text = rewrite(ctx.module, DeleteStatement(stmt))
             if text:
                 yield Mutant("drop-set-device", "missing-set-device", ctx.path, ctx.line(stmt), text,
-                             "bare-cuda" if BARE_CUDA.search(ctx.text) else "indexed-cuda")
+                             _set_device_variant(ctx, stmt))
+
+
+DISTRIBUTED_START = re.compile(r"init_process_group|DistributedDataParallel|\bDDP\(")
+
+
+def _set_device_variant(ctx: Context, stmt: cst.CSTNode) -> str:
+    """"one-process-branch": the set_device sits on one branch of an `if` whose other branch
+    (and not its own) starts the process group or wraps in DistributedDataParallel
+    (`if args.distributed: ...` / `elif args.gpu is not None: set_device(args.gpu)`): it
+    serves the one-process run, no rank loses it. "bare-cuda": the file places work on the bare
+    `cuda` device (see BareCuda) outside the other branches of the `if`s around the set_device,
+    or a file it imports does: a rank may run it.
+    "indexed-cuda": every placement the rank may run names its device."""
+    others = []
+    child = stmt
+    for ancestor in ctx.ancestors(stmt):
+        if isinstance(ancestor, cst.If):
+            own, other = (ancestor.body, ancestor.orelse) if child is ancestor.body else (ancestor.orelse, ancestor.body)
+            if other is not None:
+                if DISTRIBUTED_START.search(code_of(other)) and not DISTRIBUTED_START.search(code_of(own)):
+                    return "one-process-branch"
+                others.append(other)
+        child = ancestor
+    spans = [(ctx.line(other), ctx.positions[other].end.line) for other in others]
+    for line in _bare_cuda_lines(ctx):
+        if not any(start <= line <= end for start, end in spans):
+            return "bare-cuda"
+    return "bare-cuda" if _imported_file_places_on_bare_cuda(ctx) else "indexed-cuda"
+
+
+class BareCuda(cst.CSTVisitor):
+    """Placements on the bare `cuda` device: `.cuda()`, a `"cuda"` string. Not a parameter's
+    default (a caller may replace it) nor `torch.device("cuda", i)` (an index)."""
+
+    def __init__(self):
+        self.skipped: set[int] = set()
+        self.found: list[cst.CSTNode] = []
+
+    def visit_Param(self, param):
+        if param.default is not None:
+            self.skipped.add(id(param.default))
+
+    def visit_Call(self, call):
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda" and not call.args:
+            self.found.append(call)
+        if (call_name(call) or "").endswith("device") and len(call.args) > 1:
+            self.skipped.add(id(call.args[0].value))
+
+    def visit_SimpleString(self, string):
+        if id(string) not in self.skipped and string.evaluated_value == "cuda":
+            self.found.append(string)
+
+
+def _bare_cuda_lines(ctx: Context) -> list[int]:
+    placements = BareCuda()
+    ctx.module.visit(placements)
+    return [ctx.line(node) for node in placements.found]
+
+
+def _imported_file_places_on_bare_cuda(ctx: Context) -> bool:
+    """Whether a file this one imports places work on the bare `cuda` device (the model's own
+    `labels = torch.zeros(n).cuda()` in its forward, a helper's `.cuda()`): it runs in the rank."""
+    for other, text in ctx.repo.files.items():
+        if other == ctx.path or not BARE_CUDA.search(text) or not _imports(ctx.repo, ctx.path, other):
+            continue
+        try:
+            module = cst.parse_module(text)
+        except Exception:  # noqa: BLE001 - a file that does not parse places nothing
+            continue
+        placements = BareCuda()
+        module.visit(placements)
+        if placements.found:
+            return True
+    return False
 
 
 def _wrap_variant(ctx: Context, name: str) -> Optional[str]:
