@@ -1249,7 +1249,7 @@ def choice_fixed_for_the_loop(model: SemanticModel, first: cst.CSTNode, second: 
     tests = _separating_tests(model, first, second)
     if not tests:
         return False
-    bound = _bound_in(loops[-1])
+    bound = _bound_in(model, loops[-1])
     for test in tests:
         for node in _walk(test):
             if isinstance(node, cst.Call):
@@ -1282,10 +1282,9 @@ def _loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
     return loops[::-1]
 
 
-def _bound_in(loop: cst.CSTNode) -> set[str]:
+def _bound_in(model: SemanticModel, loop: cst.CSTNode) -> set[str]:
     """The code of every name and attribute the loop binds: its target, assignments, `with
     ... as`, walrus and inner loops' targets."""
-    code = cst.Module(body=[]).code_for_node
     bound: set[str] = set()
     targets = [loop.target] if isinstance(loop, cst.For) else []
     for node in _walk(loop.body):
@@ -1298,7 +1297,7 @@ def _bound_in(loop: cst.CSTNode) -> set[str]:
     for target in targets:
         for part in _walk(target):
             if isinstance(part, (cst.Name, cst.Attribute)):
-                bound.add(code(part).strip())
+                bound.add(model.code(part).strip())
     return bound
 
 
