@@ -47,7 +47,7 @@ import libcst as cst
 
 from dplint.backends import option_declaration
 from dplint.distributed import attribute_values, callers_of, mentions_rank, mentions_spawn_index, on_exclusive_branches
-from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, keyword_arg, literal_value
+from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, keyword_arg, literal_value, subtree
 from dplint.wrapper_classes import wrapping_built_by
 
 INITIALISING_CALLS = {
@@ -575,7 +575,7 @@ def _may_differ_per_process(model: SemanticModel, value: cst.BaseExpression, at:
     (`claim_free_gpu()`)."""
     if mentions_rank(model, value) or mentions_spawn_index(model, value, at):
         return True
-    for node in _nodes(value):
+    for node in subtree(value):
         if isinstance(node, cst.Call):
             func = node.func
             word = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
@@ -589,14 +589,6 @@ def _may_differ_per_process(model: SemanticModel, value: cst.BaseExpression, at:
             if any(_may_differ_per_process(model, bound, bound, depth - 1) for bound in attribute_values(model, node)):
                 return True  # `args.gpu = gpu` in the spawned worker, then `str(args.gpu)`
     return False
-
-
-def _nodes(expr: cst.CSTNode):
-    pending = [expr]
-    while pending:
-        node = pending.pop()
-        yield node
-        pending.extend(node.children)
 
 
 def _root_name(expr: cst.BaseExpression) -> cst.Name:

@@ -22,11 +22,12 @@ from dplint.semantic import (
     literal_value,
     peel_self_returning,
     static_truth,
+    subtree,
 )
 from dplint.distributed import enclosing_function
 from dplint.flow import class_method, consistent
 from dplint.project import may_call_function_matching
-from dplint.training import backprops, partial_callee
+from dplint.training import backprops, loops_around, partial_callee
 
 # torch's own samplers: any of them next to a truthy `shuffle` makes DataLoader raise.
 TORCH_SAMPLERS = {
@@ -453,22 +454,14 @@ def _seeded_by_epoch(chain: list, torch_base: bool) -> bool:
     if torch_base and "super().__iter__" in cst.Module([]).code_for_node(iterate).replace(" ", ""):
         return True
     return any(isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
-               and node.attr.value in stored for node in _walk(iterate))
+               and node.attr.value in stored for node in subtree(iterate))
 
 
 def _self_attributes_stored(function: cst.FunctionDef) -> set[str]:
-    return {target.target.attr.value for node in _walk(function) if isinstance(node, cst.Assign)
+    return {target.target.attr.value for node in subtree(function) if isinstance(node, cst.Assign)
             for target in node.targets
             if isinstance(target.target, cst.Attribute) and isinstance(target.target.value, cst.Name)
             and target.target.value.value == "self"}
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
 
 
 # Any spelling of a sampler: torch's `DistributedSampler` and a project's `...Sampler` class,
@@ -986,7 +979,7 @@ def _class_forwards_to_loader(model: SemanticModel, node: cst.ClassDef) -> bool:
     return any(isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__"
                and isinstance(node.func.value, cst.Call) and dotted_name(node.func.value.func) == "super"
                and any(a.star == "**" and isinstance(a.value, cst.Name) and a.value.value == kwargs for a in node.args)
-               for node in _walk(init))
+               for node in subtree(init))
 
 
 def _formats_text(call: cst.Call) -> bool:
@@ -1463,19 +1456,6 @@ def iterating_loop(model: SemanticModel, call: cst.Call) -> Optional[cst.For]:
         call = outer
 
 
-def loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The For/While loops whose body holds `node`, in the same function, outermost first."""
-    loops = []
-    child = node
-    for ancestor in model.ancestors(node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            break
-        if isinstance(ancestor, (cst.For, cst.While)) and ancestor.body is child:
-            loops.append(ancestor)
-        child = ancestor
-    return loops[::-1]
-
-
 def trains_in(model: SemanticModel, loop: cst.CSTNode) -> bool:
     """A training loop: its body runs backward (itself or in the functions it calls), and
     is not one that only reads the gradients it made: a loop that reads `.grad` in its own
@@ -1488,7 +1468,7 @@ def trains_in(model: SemanticModel, loop: cst.CSTNode) -> bool:
 
 
 def _reads_grad(model: SemanticModel, loop: cst.CSTNode) -> bool:
-    return any(isinstance(node, cst.Attribute) and node.attr.value == "grad" for node in _walk(loop.body))
+    return any(isinstance(node, cst.Attribute) and node.attr.value == "grad" for node in subtree(loop.body))
 
 
 def runs_backward(model: SemanticModel, loop: cst.CSTNode) -> bool:

@@ -512,20 +512,21 @@ class ValuesMixin:
 
 def copied_object(model: "SemanticModel", expr) -> Optional[cst.BaseExpression]:
     """`x` of `copy.deepcopy(x)` / `copy.copy(x)`: a new object of `x`'s class (None otherwise)."""
-    if not isinstance(expr, cst.Call) or not expr.args or expr.args[0].keyword is not None or expr.args[0].star:
-        return None
-    if model.qualified_name(expr.func) not in ("copy.deepcopy", "copy.copy"):
-        return None
-    return expr.args[0].value
+    return _first_argument_to(model, expr, ("copy.deepcopy", "copy.copy"))
 
 
 def compiled_module(model: "SemanticModel", expr) -> Optional[cst.BaseExpression]:
     """`m` of `torch.compile(m, ...)`: the OptimizedModule it returns keeps `m` as `_orig_mod`
     and forwards attribute reads to it (`compiled.module` is the DDP's inner model), so what
     `m` is as a wrapper, the result is too. None otherwise."""
+    return _first_argument_to(model, expr, ("torch.compile",))
+
+
+def _first_argument_to(model: "SemanticModel", expr, functions: tuple[str, ...]) -> Optional[cst.BaseExpression]:
+    """The first positional argument of a call of one of `functions`; None otherwise."""
     if not isinstance(expr, cst.Call) or not expr.args or expr.args[0].keyword is not None or expr.args[0].star:
         return None
-    return expr.args[0].value if model.qualified_name(expr.func) == "torch.compile" else None
+    return expr.args[0].value if model.qualified_name(expr.func) in functions else None
 
 
 def _ends_in_exit(body: cst.BaseSuite, model: "SemanticModel") -> bool:

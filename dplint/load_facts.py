@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import builtins
 import weakref
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import libcst as cst
 
 from dplint.checkpoints import StateDictLoad, called_function, checkpoint_facts, enclosing_def, literal_key, name_is_read
 from dplint.flow import class_method
-from dplint.semantic import SemanticModel, argument, literal_value, method_call, own_returns
+from dplint.semantic import SemanticModel, argument, literal_value, method_call, own_returns, subtree
 
 # ------------------------------------------------------------------------------ tree helpers
 
@@ -58,16 +58,8 @@ def is_load_state_dict(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "load_state_dict"
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
-
-
 def _names_in(node: cst.CSTNode) -> list[cst.Name]:
-    return [current for current in _walk(node) if isinstance(current, cst.Name)]
+    return [current for current in subtree(node) if isinstance(current, cst.Name)]
 
 
 def _called_name(call: cst.Call) -> str:
@@ -223,7 +215,7 @@ def _returns_own_state(model: SemanticModel, call: cst.Call, target: cst.BaseExp
 def _module_names(function: cst.FunctionDef, param: str) -> set[str]:
     """`param` and the loop names bound to its submodules (`for name, child in m.named_modules()`)."""
     names = {param}
-    for node in _walk(function.body):
+    for node in subtree(function.body):
         if isinstance(node, (cst.For, cst.CompFor)) and isinstance(node.iter, cst.Call):
             method = method_call(node.iter)
             if method is not None and method[1] in _SUBMODULE_METHODS and _root(method[0]) == param:
@@ -233,7 +225,7 @@ def _module_names(function: cst.FunctionDef, param: str) -> set[str]:
 
 def _reads_own_state(node: cst.CSTNode, sources: set[str]) -> bool:
     """`m.state_dict()`, `child.named_buffers()`... on one of `sources` somewhere in `node`."""
-    for current in _walk(node):
+    for current in subtree(node):
         method = method_call(current) if isinstance(current, cst.Call) else None
         if method is not None and method[1] in _OWN_STATE_METHODS and _root(method[0]) in sources:
             return True
@@ -249,7 +241,7 @@ def _filled_only_from(model: SemanticModel, function, value, loop_ok: Callable, 
     if not isinstance(value, cst.Name):
         return False
     bindings = [b for b in model.bindings.get(value.value, ()) if b.scope.node is function]
-    stores = [node for node in _walk(function.body) if isinstance(node, cst.AssignTarget)
+    stores = [node for node in subtree(function.body) if isinstance(node, cst.AssignTarget)
               and isinstance(node.target, cst.Subscript) and isinstance(node.target.value, cst.Name)
               and node.target.value.value == value.value]
     if not bindings or any(b.value is None or not (value_ok(b.value) or (_empty_dict(b.value) and stores))
@@ -281,7 +273,7 @@ def _is_own(model: SemanticModel, expr: cst.BaseExpression, target, own_names: s
 def _mentions_own_state_dict(model: SemanticModel, node: cst.CSTNode, target, own_names: set[str]) -> bool:
     return any((isinstance(current, cst.Name) and current.value in own_names)
                or (isinstance(current, cst.Call) and is_own_state_dict(model, current, target))
-               for current in _walk(node))
+               for current in subtree(node))
 
 
 # ------------------------------------------------------ the keys are matched to the target
@@ -369,7 +361,7 @@ def _compares_keys(model: SemanticModel, node: cst.CSTNode, target, own_names: s
     lacks raises or yields None). A difference of counts (`len(own) - len(sd)`) is no comparison."""
     if not _mentions_own_state_dict(model, node, target, own_names):
         return False
-    for current in _walk(node):
+    for current in subtree(node):
         if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, _KEY_SET_OPERATORS):
             if not _is_count(current.left) and not _is_count(current.right):
                 return True
@@ -470,7 +462,7 @@ def holds_live_tensors(model: SemanticModel, load: StateDictLoad) -> bool:
     if any(b.value is None or not _empty_dict(b.value)
            for b in model.bindings.get(name.value, ()) if b.scope.node is function):
         return False
-    for node in _walk(function.body):
+    for node in subtree(function.body):
         if isinstance(node, cst.Call) and node is not load.call:
             if any(isinstance(a.value, cst.Name) and a.value.value == name.value for a in node.args):
                 return False
@@ -541,7 +533,7 @@ def _reads_error(handler: cst.ExceptHandler) -> bool:
     """`except RuntimeError as error:` whose body reads `error`, or a handler that re-raises."""
     bound = handler.name.name.value if handler.name is not None and isinstance(handler.name.name, cst.Name) else None
     return any(isinstance(node, cst.Raise) or (bound is not None and isinstance(node, cst.Name) and node.value == bound)
-               for node in _walk(handler.body))
+               for node in subtree(handler.body))
 
 
 def _error_reported(model: SemanticModel, call: cst.Call) -> bool:
@@ -672,7 +664,7 @@ def _names_own_class(test: cst.BaseExpression, class_name: Optional[str]) -> boo
         isinstance(node, cst.Comparison) and isinstance(node.left, cst.SimpleString)
         and any(isinstance(t.operator, cst.In) for t in node.comparisons)
         and node.left.evaluated_value.lower() == class_name.lower()
-        for node in _walk(test))
+        for node in subtree(test))
 
 
 def _resume_branch(model: SemanticModel, call: cst.Call, function: cst.FunctionDef, names: list[str]) -> bool:

@@ -1058,6 +1058,16 @@ def walk(node: cst.CSTNode, visitor) -> None:
     visitor.on_leave(node)
 
 
+def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and every node below it (depth first, last child first: for questions that
+    do not depend on the order)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
 def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
     """`node.children` (the node's children in source order) without LibCST rebuilding the
     node to list them."""

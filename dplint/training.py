@@ -53,6 +53,7 @@ from dplint.semantic import (
     literal_value,
     method_call,
     peel_self_returning,
+    subtree,
 )
 
 # Owners of a `.backward(loss)` method that back-propagates its argument.
@@ -1228,13 +1229,22 @@ def exclusive_paths(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNod
     """Whether no run of the function reaches both nodes: they sit in the two branches of one
     `if`, or under two `if`s with the same test taken opposite ways
     (`if multi_gpu: dp = DP(net)` ... `if not multi_gpu: out = net(x)`)."""
+    return bool(separating_tests(model, first, second))
+
+
+def separating_tests(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The tests (around `first`) that put the two nodes on exclusive paths (see
+    exclusive_paths): the one `if` whose two branches hold them, or else the `if`s around
+    `first` whose test the other node needs answered the other way. Empty when none does."""
     first_conditions = _path_conditions(model, first)
     second_conditions = _path_conditions(model, second)
-    for node, (test, truth) in first_conditions.items():
-        if node in second_conditions and second_conditions[node][1] != truth:
-            return True
+    found = [node.test for node, (_, truth) in first_conditions.items()
+             if node in second_conditions and second_conditions[node][1] != truth]
+    if found:
+        return found
     tests = {test: truth for test, truth in first_conditions.values()}
-    return any(test in tests and tests[test] != truth for test, truth in second_conditions.values())
+    opposite = {test for test, truth in second_conditions.values() if test in tests and tests[test] != truth}
+    return [node.test for node, (test, _) in first_conditions.items() if test in opposite]
 
 
 def choice_fixed_for_the_loop(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> bool:
@@ -1243,15 +1253,15 @@ def choice_fixed_for_the_loop(model: SemanticModel, first: cst.CSTNode, second: 
     binds (a parameter, `config.use_amp`) and calls nothing. Such a choice is made once for
     the run, not per step (`if (step + 1) % accumulate:` reads the loop's counter; `if sync:`
     with no loop in the function is its callers' choice, per call: not fixed)."""
-    loops = [loop for loop in _loops_around(model, first) if loop in _loops_around(model, second)]
+    loops = [loop for loop in loops_around(model, first) if loop in loops_around(model, second)]
     if not loops:
         return False
-    tests = _separating_tests(model, first, second)
+    tests = separating_tests(model, first, second)
     if not tests:
         return False
     bound = _bound_in(model, loops[-1])
     for test in tests:
-        for node in _walk(test):
+        for node in subtree(test):
             if isinstance(node, cst.Call):
                 return False
             if isinstance(node, (cst.Name, cst.Attribute)) and model.code(node).strip() in bound:
@@ -1259,20 +1269,10 @@ def choice_fixed_for_the_loop(model: SemanticModel, first: cst.CSTNode, second: 
     return True
 
 
-def _separating_tests(model: SemanticModel, first: cst.CSTNode, second: cst.CSTNode) -> list[cst.BaseExpression]:
-    first_conditions, second_conditions = _path_conditions(model, first), _path_conditions(model, second)
-    found = [node.test for node, (_, truth) in first_conditions.items()
-             if node in second_conditions and second_conditions[node][1] != truth]
-    if not found:
-        opposite = {test for test, truth in second_conditions.values()} & {
-            test for test, truth in first_conditions.values()}
-        found = [node.test for node, (test, truth) in first_conditions.items()
-                 if test in opposite and any(t == test and v != truth for t, v in second_conditions.values())]
-    return found
-
-
-def _loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
-    loops, child = [], node
+def loops_around(model: SemanticModel, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The For/While loops whose body holds `node`, in the same function, outermost first."""
+    loops = []
+    child = node
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             break
@@ -1287,7 +1287,7 @@ def _bound_in(model: SemanticModel, loop: cst.CSTNode) -> set[str]:
     ... as`, walrus and inner loops' targets."""
     bound: set[str] = set()
     targets = [loop.target] if isinstance(loop, cst.For) else []
-    for node in _walk(loop.body):
+    for node in subtree(loop.body):
         if isinstance(node, cst.Assign):
             targets += [target.target for target in node.targets]
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
@@ -1295,18 +1295,10 @@ def _bound_in(model: SemanticModel, loop: cst.CSTNode) -> set[str]:
         elif isinstance(node, (cst.AsName, cst.NamedExpr)):
             targets.append(node.name if isinstance(node, cst.AsName) else node.target)
     for target in targets:
-        for part in _walk(target):
+        for part in subtree(target):
             if isinstance(part, (cst.Name, cst.Attribute)):
                 bound.add(model.code(part).strip())
     return bound
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    pending = [node]
-    while pending:
-        current = pending.pop()
-        yield current
-        pending.extend(current.children)
 
 
 def _path_conditions(model: SemanticModel, node: cst.CSTNode) -> dict[cst.CSTNode, tuple[str, bool]]:
