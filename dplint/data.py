@@ -274,7 +274,7 @@ BATCH_SAMPLERS = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.Bat
 BATCH_SAMPLER_SAMPLER = (0, "sampler")
 
 # Builtins that take a sampler or loader without keeping or changing it.
-HARMLESS_BUILTINS = {"len", "isinstance", "print", "str", "repr", "type", "id"}
+HARMLESS_BUILTINS = {"len", "isinstance", "hasattr", "print", "str", "repr", "type", "id"}
 # Callables whose result, iterated by a `for`, iterates their argument once, in order.
 ITERATION_BUILTINS = {"enumerate", "zip", "iter"}
 TQDM_NAMES = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm"}
@@ -338,6 +338,10 @@ class SamplerFlow:
     project_holder: bool = False
     # (function, call): the sampler's own function returns it to that call only (one instance).
     only_site: Optional[tuple] = None
+    # (model, loop) of a batch sampler's `__iter__` that iterates the sampler's holder again on
+    # each turn of `loop` (`while it <= n: for batch in self.batch_sampler: ...`): one pass of
+    # the loader is many passes of the sampler.
+    redrawn: list = field(default_factory=list)
 
 
 def is_shuffling_distributed_sampler(model: SemanticModel, call: cst.Call) -> bool:
@@ -475,8 +479,9 @@ def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
     if model.project is None:
         return False
     dotted = dotted_name(call.func)
-    if dotted is None or dotted.partition(".")[0] not in model.imports or dotted.startswith("torch"):
-        return False
+    head = dotted.partition(".")[0] if dotted is not None else None
+    if head is None or dotted.startswith("torch") or head not in model.imports and head in model.bindings:
+        return False  # (a name no import binds may come from a star import: `from utils import *`)
     # Text first: the construction is in the callee's file, so the callee (or a function it
     # calls by name) spells a sampler. Resolving every imported call's callee is the costly part.
     if not may_call_function_matching(model, call.func, SAMPLER_TEXT):
@@ -486,9 +491,28 @@ def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
         return False
     for value in callee.model.flow.returned_values(callee, None):
         expr = peel_self_returning(value.expr)
-        if isinstance(expr, cst.Call) and value.model is callee.model and is_shuffling_distributed_sampler(value.model, expr):
+        if isinstance(expr, cst.Call) and value.model is callee.model and (
+                is_shuffling_distributed_sampler(value.model, expr) or _shuffles_for_call(model, call, callee, expr)):
             return True
     return False
+
+
+def _shuffles_for_call(model: SemanticModel, call: cst.Call, callee, sampler: cst.Call) -> bool:
+    """`DistributedSampler(ds, shuffle=shuffle)` returned by `make_sampler(ds, shuffle,
+    distributed)`: it shuffles for this call when every value this call gives its `shuffle`
+    (`make_sampler(train_set, shuffle=True, ...)`) is true, whatever the other callers pass."""
+    shuffle = epoch_sampler_shuffle(callee.model, sampler)
+    if shuffle is None or shuffle is _DEFAULT_TRUE:
+        return False
+    context = ((callee.function, call, model, callee.bound),)
+    values = callee.model.flow.values_at(shuffle, sampler, (), context)
+    literals = []
+    for value in values:
+        try:
+            literals.append(literal_value(value.expr) if value.known else None)
+        except ValueError:
+            return False
+    return bool(literals) and all(literals)
 
 
 # A factory called from more places than this is not traced once per call.
@@ -503,6 +527,17 @@ def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
     does not move the epoch of the training loader another call made. Where `set_epoch` is
     found, each call of the function is followed on its own, and the iterations of the calls
     whose sampler never gets an epoch are what is left."""
+    flow = _traced_per_call(model, sampler)
+    if flow.redrawn:
+        # A pass of the loader that runs once still draws the sampler on each turn of the
+        # batch sampler's loop: that loop is the one that must move the epoch.
+        loops_model, loop = flow.redrawn[0]
+        flow.iterations = [it if it.epoch_loops else Iteration(it.model, it.node, [loop], it.trains, False, loops_model,
+                                                                generator=True) for it in flow.iterations]
+    return flow
+
+
+def _traced_per_call(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
     flow = SamplerFlow(sampler)
     _follow(model, sampler, (), flow, set(), True)
     function = _enclosing_function(model, sampler)
@@ -1076,7 +1111,24 @@ def _follow_into_parameter(model: SemanticModel, call: cst.Call, callee, name: s
         for kept in _kept_as(function, name):
             flow.project_holder = True
             _follow(model, call, (kept, *path), flow, seen, certain)
+            _drawn_by_own_iter(other, callee.node, kept, flow)
     return True
+
+
+def _drawn_by_own_iter(model: SemanticModel, class_node: cst.ClassDef, kept: str, flow: SamplerFlow) -> None:
+    """A `for` over `self.<kept>` (which holds the sampler) inside a loop of the batch
+    sampler's own `__iter__`: each turn of that loop draws the sampler again. (What the
+    methods do with `self.<kept>`, a `set_epoch` among it, `_follow` reads on its own.)"""
+    method = class_method(class_node, "__iter__")
+    params = method.params.params if method is not None else ()
+    if not params:
+        return
+    held = ".".join((params[0].name.value, kept))
+    for node in subtree(method.body):
+        if isinstance(node, cst.For) and model.code(node.iter) == held:
+            around = loops_around(model, node)
+            if around:
+                flow.redrawn.append((model, around[-1]))
 
 
 def _kept_as(init: cst.FunctionDef, parameter: str) -> list[str]:

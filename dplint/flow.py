@@ -149,6 +149,8 @@ class Flow(ReachingMixin, AttributesMixin, ConditionsMixin, AliasesMixin, Values
         self._callees: dict[tuple, Optional[Callee]] = {}
         self._instance_aliases: Optional[dict] = None
         self._base_stores: dict = {}  # (id(method), name) -> (class, attribute) or None
+        self._outside_stores: dict = {}  # (id(class), key) -> stand-in bindings of stores from outside
+        self._attribute_stores: Optional[dict] = None  # (scope, name, attribute) -> `name.attribute = v`
         self._conditions: dict[tuple, tuple] = {}
         self._inlining: set = set()  # calls whose predicate body is being looked up
         # `self.x` left by a project base class's methods, one stand-in Binding per (class, key)

@@ -199,6 +199,53 @@ class AttributesMixin:
             return None
         return class_method(owner.node, value.func.attr.value)
 
+    def stored_from_outside(self, owner: "Scope", key: str) -> list["Binding"]:
+        """Stores into `self.key` made by code outside the class, on an instance it built:
+        `trainer = Trainer(...)` then `trainer.model = DDP(trainer.model)`, in this file or
+        another file of the project that constructs the class. Each is a binding of the
+        store's file (`_binding_model` reads it there): a value the attribute may hold in any
+        method that runs after it. None known when the class's constructor calls can't all be
+        seen (it escapes) or it has no `__init__` (its calls are not collected)."""
+        if owner is None or owner.kind != "class" or not isinstance(owner.node, cst.ClassDef):
+            return []
+        cache_key = (id(owner.node), key)
+        if cache_key not in self._outside_stores:
+            self._outside_stores[cache_key] = []  # a store whose value leads back here: none
+            self._outside_stores[cache_key] = self._find_outside_stores(owner.node, key[len("self."):])
+        return self._outside_stores[cache_key]
+
+    def _find_outside_stores(self, class_node: cst.ClassDef, attribute: str) -> list["Binding"]:
+        from dplint.semantic import Binding
+
+        constructor = class_method(class_node, "__init__")
+        sites = self.all_call_sites(constructor) if constructor is not None else None
+        found = []
+        for model, call, _ in sites or ():
+            statement = model.parent(call)
+            if not (isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1
+                    and isinstance(statement.targets[0].target, cst.Name)):
+                continue  # not `name = Class(...)`: the instance is not followed
+            name = statement.targets[0].target.value
+            instance = next((b for b in model.bindings_by_node.get(statement, ()) if b.key == name), None)
+            for store in model.flow.attribute_stores(model.scope(call), name, attribute):
+                if instance is not None and model.binding_at(name, store) is instance:
+                    found.append(Binding("self." + attribute, store.value, store, model.scope(store), model.order(store)))
+        return found
+
+    def attribute_stores(self, scope: "Scope", name: str, attribute: str) -> list[cst.Assign]:
+        """The statements `name.attribute = value` of this file in `scope` (one target)."""
+        if self._attribute_stores is None:
+            from dplint.semantic import subtree
+
+            self._attribute_stores = {}
+            for node in subtree(self.model.module):
+                if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                    target = node.targets[0].target
+                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+                        where = (self.model.scope(node), target.value.value, target.attr.value)
+                        self._attribute_stores.setdefault(where, []).append(node)
+        return self._attribute_stores.get((scope, name, attribute), [])
+
     def _stored_on_instance(self, owner: "Scope", name: str) -> Optional[tuple]:
         """(class, attribute) when method `owner` stores its local `name` as `self.attribute`."""
         if owner.kind != "function" or owner.class_scope is None:

@@ -137,6 +137,7 @@ class ReachingMixin:
         if inherited is not None and not any(b is inherited for b, _ in initial) \
                 and not self._base_calls(owner, key, method) and not self._constructor_replaces(owner, key, method):
             initial.extend(e for e in self._inherited_left(owner, key, method, inherited, derived) if e not in initial)
+        initial.extend((binding, ()) for binding in self.stored_from_outside(owner, key))
         return initial
 
     def _inherited_left(self, owner: "Scope", key: str, method: Optional[cst.CSTNode], inherited: "Binding",

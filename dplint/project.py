@@ -1056,9 +1056,12 @@ class _ScannedText:
                 if not statements:
                     continue
                 passed = _passed_names(statements, naming) - wanted
+                # and the names they bind: `trainer = Trainer(...)` then `trainer.model = DDP(...)`
+                # stores into the instance what the class's methods read as `self.model`
+                bound = {word for statement in statements for word in _WORD.findall(_assigned_part(statement) or "")}
                 found.extend(statements)
                 assignments = self._assignments_in(block if holder else script)
-                found.extend(line for line in assignments.of(passed) if line not in statements)
+                found.extend(line for line in assignments.of(passed | (bound - wanted)) if line not in statements)
                 if holder is not None:
                     holders.add(holder)
             users |= holders

@@ -1023,7 +1023,12 @@ def held_wrapper(model: SemanticModel, expr: Optional[cst.BaseExpression]) -> Op
     binding that may reach, see `reaching_bindings`), `self.x`, self-returning calls, helpers
     that return their argument, either branch of `a if c else b`, the arguments the file's calls
     pass for a parameter, and the return of a same-file function that builds one."""
-    return _held(model, [expr], _wrappers_by_call(model)) if expr is not None else None
+    if expr is None:
+        return None
+    # What the flow model finds on some path counts too: it also follows one element of an
+    # unpacked tuple (`model, ema, scaler = build(cfg, model)`) and attributes stored from
+    # outside their class (`trainer.model = DDP(trainer.model)`).
+    return _held(model, [expr], _wrappers_by_call(model)) or model.flow.wrapped_on_some_path(expr, expr)
 
 
 def held_wrapper_of_key(model: SemanticModel, key: str, at: cst.CSTNode) -> Optional[Wrapping]:

@@ -51,7 +51,11 @@ class MissingSetEpoch(Rule):
     `...Sampler`) counts when its `set_epoch` stores a `self.<x>` that its `__iter__`
     reads, as a copy of torch's does; its `shuffle` is read from the call or its
     `__init__` default. A batch sampler class of the project (one with `__iter__`) that
-    keeps the sampler as `self.sampler` holds it as `loader.batch_sampler.sampler`.
+    keeps the sampler as `self.sampler` holds it as `loader.batch_sampler.sampler`; when its
+    own `__iter__` iterates what it keeps inside a loop (maskrcnn-benchmark's
+    `IterationBasedBatchSampler`: `while it <= n: for batch in self.batch_sampler: ...`),
+    each turn of that loop is a new pass of the sampler, so a loader iterated once for all
+    the iterations still needs `set_epoch` there.
 
     The sampler is followed through names (every binding that can reach a use, branch by
     branch; a module global also where a function reads it; one target of a tuple
@@ -95,8 +99,10 @@ class MissingSetEpoch(Rule):
     factory whose loader is iterated by `main.py`; an epoch loop in `main.py` around
     `train_one_epoch` of `engine.py`). A sampler built in a factory and returned itself to
     another file is reported at that call (`sampler=pick_sampler(ds)` that may return one,
-    with a `shuffle` its only caller passes), a sampler that stays inside a loader where it
-    is built. Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`),
+    with a `shuffle` its only caller passes, or that this call passes true:
+    `make_data_sampler(train_set, shuffle=True, ...)` beside `make_data_sampler(val_set,
+    False, ...)`; also a factory named through `from samplers import *`), a sampler that
+    stays inside a loader where it is built. Iteration is a `for` over the loader (also `enumerate`/`zip`/`tqdm`),
     `iter(loader)` with `next()`, or a generator that re-iterates it (`while True: for b in
     loader: yield b`, `while True: yield from loader`) whose batches are drawn in a training
     loop: the generator object is followed like a loader (returned to another file, kept as

@@ -30,7 +30,9 @@ class WrapperBypass(Rule):
       a `self.x` attribute, a module-level name read in a function, a parameter that every
       caller passes a wrapper (in the file or, for a function only other files call, in the
       project: `train_one_epoch(model, ...)` in `main.py` after `model = DDP(model)`), or a
-      function's result;
+      function's result, one element of a returned tuple (`model, ema, scaler = build(cfg,
+      model)`), or a `self.x` that code outside the class stores into an instance it built
+      (`learner = Learner(...)` ... `learner.model = DDP(learner.model)`, also in another file);
     - a name bound to `wrapper.module` (`core = ddp.module`, also
       `ddp.module if isinstance(ddp, DDP) else ddp`) ... `core(x)`, without a fix; silent when
       every backward of the function is on a path that excludes that binding

@@ -218,6 +218,23 @@ def test_wrapper_made_in_another_file_is_the_other_file_variant():
     assert found["forward-through-inner"][0].text.splitlines()[1] == "    model.module(x).sum().backward()"
 
 
+def test_a_forward_with_gradients_off_is_no_site():
+    files = {
+        "main.py": "import torch\n"
+                   "from torch.nn.parallel import DistributedDataParallel\n"
+                   "model = DistributedDataParallel(net)\n"
+                   "def fit(model, x, y):\n"
+                   "    model(x).sum().backward()\n"
+                   "    with torch.no_grad():\n"
+                   "        score = model(y)\n"
+                   "@torch.no_grad()\n"
+                   "def check(model, x):\n"
+                   "    loss = model(x).sum()\n"
+                   "    loss.backward()\n",
+    }
+    assert [m.line for m in mutants(files)["forward-through-inner"]] == [5]
+
+
 def test_sites_that_are_not_the_shape_give_no_mutant():
     code = textwrap.dedent("""\
         import torch

@@ -260,6 +260,33 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     return found
 
 
+NO_GRAD = ("no_grad", "inference_mode")
+
+
+def calls_without_grad(function: cst.FunctionDef) -> set[int]:
+    """ids of the calls a function makes with gradients off: the whole function under a
+    `@torch.no_grad()` decorator, or inside a `with torch.no_grad():` block."""
+    def off(expr) -> bool:
+        expr = expr.func if isinstance(expr, cst.Call) else expr
+        return isinstance(expr, (cst.Attribute, cst.Name)) and \
+            (expr.attr if isinstance(expr, cst.Attribute) else expr).value in NO_GRAD
+
+    if any(off(d.decorator) for d in function.decorators):
+        return {id(c) for c in calls_in(function.body)}
+    found: set[int] = set()
+
+    class Collect(cst.CSTVisitor):
+        def visit_With(self, node):
+            if any(off(item.item) for item in node.items):
+                found.update(id(c) for c in calls_in(node.body))
+
+        def visit_FunctionDef(self, _):
+            return False
+
+    function.body.visit(Collect())
+    return found
+
+
 # --- the operators ---------------------------------------------------------------------------
 
 def op_drop_set_epoch(ctx: Context) -> Iterator[Mutant]:
@@ -544,17 +571,19 @@ def op_drop_module_attribute(ctx: Context) -> Iterator[Mutant]:
 
 def op_forward_through_inner(ctx: Context) -> Iterator[Mutant]:
     """`m(x)` -> `m.module(x)` in a function that calls `.backward(...)`, where `m` (its last
-    part) is assigned a DataParallel/DDP wrapper somewhere in the repository."""
+    part) is assigned a DataParallel/DDP wrapper somewhere in the repository; not a call with
+    gradients off (`with torch.no_grad():`, a `@torch.no_grad()` function): evaluation."""
     for function in ctx.sites.functions:
         inside = calls_in(function.body)
         if not any(isinstance(c.func, (cst.Attribute, cst.Name)) and
                    (c.func.attr if isinstance(c.func, cst.Attribute) else c.func).value == "backward"
                    for c in inside):
             continue
+        evaluating = calls_without_grad(function)
         for call in inside:
             name = call_name(call)
-            if name is None or name == "self" or not call.args:
-                continue
+            if name is None or name == "self" or not call.args or id(call) in evaluating:
+                continue  # (an evaluation forward under no_grad through the inner model is no bug)
             variant = _wrap_variant(ctx, name)
             if variant is None:
                 continue
