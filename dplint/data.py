@@ -891,6 +891,13 @@ def _loop_over_literal(model: SemanticModel, element: cst.Element) -> Optional[c
     return None
 
 
+def _probes_for_epoch(model: SemanticModel, call: cst.Call) -> bool:
+    """`hasattr(sampler, "set_epoch")` or `getattr(sampler, "epoch", 0)`: asking for the epoch by name."""
+    name = argument(call, 1)
+    return (builtin_name(model, call.func) in ("hasattr", "getattr") and isinstance(name, cst.SimpleString)
+            and name.evaluated_value in ("set_epoch", "epoch"))
+
+
 def _only_tested(parent: Optional[cst.CSTNode], occurrence: cst.CSTNode) -> bool:
     """`if sampler:`, `sampler is None`, `not sampler`, a bare expression statement."""
     if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
@@ -923,6 +930,8 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, ("sampler", *path), flow, seen, certain)
     elif builtin_name(model, call.func) == "dict" and arg.keyword is not None:
         _follow(model, call, (_key_step(cst.SimpleString(repr(arg.keyword.value))), *path), flow, seen, certain)
+    elif _probes_for_epoch(model, call):
+        flow.escapes = True  # `hasattr(s, "set_epoch")`: the code looks for the method to call it its own way
     elif builtin_name(model, call.func) in HARMLESS_BUILTINS or _formats_text(call):
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:

@@ -141,6 +141,15 @@ def test_set_epoch_silent_where_the_file_cannot_tell(code):
     assert findings(code + body, "DPL008") == []
 
 
+def test_set_epoch_asking_for_another_attribute_keeps_the_sampler_in_view():
+    # hasattr() stores nothing; only asking for the epoch by name hints at a call made elsewhere.
+    body = "for epoch in range(3):\n    for x, y in loader:\n" + TRAIN
+    probe = LOADER + "if hasattr(loader, 'batch_sampler'):\n    pass\n"
+    assert findings(probe + body, "DPL008") == [(3, 11, "error", True)]
+    asks_epoch = LOADER + "start = getattr(loader.sampler, 'epoch', 0)\n"
+    assert findings(asks_epoch + body, "DPL008") == []
+
+
 def test_set_epoch_trainer_attribute_read_outside_its_class_is_an_escape():
     code = (
         "from torch.utils.data import DataLoader, DistributedSampler\n"
