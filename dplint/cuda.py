@@ -46,7 +46,8 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from dplint.backends import option_declaration
-from dplint.distributed import attribute_values, callers_of, mentions_rank, mentions_spawn_index, on_exclusive_branches
+from dplint.distributed import (
+    attribute_values, callers_of, is_rank_guarded, mentions_rank, mentions_spawn_index, on_exclusive_branches)
 from dplint.semantic import DATA_PARALLEL, SemanticModel, argument, dotted_name, keyword_arg, literal_value, subtree
 from dplint.wrapper_classes import wrapping_built_by
 
@@ -893,6 +894,9 @@ def caller_placements(model: SemanticModel, init: cst.Call) -> list[tuple[Semant
             continue
         found += [(caller, placement) for placement in bare_cuda_placements(caller)
                   if not on_exclusive_branches(caller, placement, call)]
+        found += [(where, placement) for where, placement in callee_placements(
+            caller, lambda node, caller=caller, call=call: not on_exclusive_branches(caller, node, call))
+            if where is not model]
     return found
 
 
@@ -922,3 +926,44 @@ def caller_selects_a_device(caller: SemanticModel, model: SemanticModel, process
                 for other in model.calls):
             return True
     return False
+
+
+# Methods of a class the process builds that run in it: a module is built to be called.
+BUILT_CLASS_RUNS = ("__init__", "forward", "__call__")
+
+
+def callee_placements(model: SemanticModel, runs_in_process, depth: int = DEVICE_SEARCH_DEPTH,
+                      seen: Optional[set] = None) -> list[tuple[SemanticModel, cst.Call]]:
+    """Bare `cuda` placements that the process runs in other project files: in the body of a
+    function of another file that one of its calls runs (`utils.to_gpu(batch)`), and in the
+    `__init__` and `forward` of a class of another file it builds (`Net()`: the module's
+    `forward` runs when the process calls it), followed `depth` calls deep. `runs_in_process`
+    says which call sites of `model` the process makes. A call that only some ranks make (a
+    rank-0 evaluation) is left out: there GPU 0 may be the right device."""
+    seen = set() if seen is None else seen
+    found = []
+    for site in model.calls:
+        if site.qualified_name is not None and site.qualified_name.startswith("torch"):
+            continue
+        if not runs_in_process(site.node) or is_rank_guarded(model, site.node):
+            continue
+        callee = model.flow.callee(site.node)
+        if callee is None or callee.model is model:
+            continue
+        for function in _running_functions(callee.node):
+            if (id(callee.model), function) in seen:
+                continue
+            seen.add((id(callee.model), function))
+            other = callee.model
+            found += [(other, p) for p in bare_cuda_placements(other) if owner_def(other, p) is function]
+            if depth > 1:
+                found += callee_placements(other, lambda node, f=function, m=other: owner_def(m, node) is f, depth - 1, seen)
+    return found
+
+
+def _running_functions(node: cst.CSTNode) -> list[cst.FunctionDef]:
+    if isinstance(node, cst.FunctionDef):
+        return [node]
+    if isinstance(node, cst.ClassDef):
+        return [s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value in BUILT_CLASS_RUNS]
+    return []

@@ -274,6 +274,7 @@ BATCH_SAMPLERS = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.Bat
 BATCH_SAMPLER_SAMPLER = (0, "sampler")
 
 # Builtins that take a sampler or loader without keeping or changing it.
+# hasattr() only asks: `if hasattr(s, "set_epoch"): s.set_epoch(e)` sets the epoch by the call, not the test.
 HARMLESS_BUILTINS = {"len", "isinstance", "hasattr", "print", "str", "repr", "type", "id"}
 # Callables whose result, iterated by a `for`, iterates their argument once, in order.
 ITERATION_BUILTINS = {"enumerate", "zip", "iter"}
@@ -891,13 +892,6 @@ def _loop_over_literal(model: SemanticModel, element: cst.Element) -> Optional[c
     return None
 
 
-def _probes_for_epoch(model: SemanticModel, call: cst.Call) -> bool:
-    """`hasattr(sampler, "set_epoch")` or `getattr(sampler, "epoch", 0)`: asking for the epoch by name."""
-    name = argument(call, 1)
-    return (builtin_name(model, call.func) in ("hasattr", "getattr") and isinstance(name, cst.SimpleString)
-            and name.evaluated_value in ("set_epoch", "epoch"))
-
-
 def _only_tested(parent: Optional[cst.CSTNode], occurrence: cst.CSTNode) -> bool:
     """`if sampler:`, `sampler is None`, `not sampler`, a bare expression statement."""
     if isinstance(parent, (cst.If, cst.While, cst.IfExp)):
@@ -930,8 +924,6 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
         _follow(model, call, ("sampler", *path), flow, seen, certain)
     elif builtin_name(model, call.func) == "dict" and arg.keyword is not None:
         _follow(model, call, (_key_step(cst.SimpleString(repr(arg.keyword.value))), *path), flow, seen, certain)
-    elif _probes_for_epoch(model, call):
-        flow.escapes = True  # `hasattr(s, "set_epoch")`: the code looks for the method to call it its own way
     elif builtin_name(model, call.func) in HARMLESS_BUILTINS or _formats_text(call):
         pass
     elif is_iteration_wrapper(model, call) and iterating_loop(model, call) is not None:
@@ -1257,7 +1249,7 @@ def _loops_around_calls(model: SemanticModel, function: Optional[cst.FunctionDef
     train_one_epoch(model, loader)` in main.py, the function in engine.py)."""
     if function is None or depth <= 0:
         return model, []
-    for caller, call, _ in model.flow.all_call_sites(function) or ():
+    for caller, call, _ in model.flow.known_call_sites(function):  # one call in a loop runs it again
         around = loops_around(caller, call)
         if around:
             return caller, around
@@ -1351,6 +1343,10 @@ def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...
     if key.startswith("self.") and not _attribute_stays_in_class(model, binding):
         flow.escapes = True
         return
+    if key.startswith("self."):
+        # `data = Data(ds)` ... `for x in data.loader:`: the instance's attribute, read outside
+        for reader, read in model.flow.read_from_outside(owner, key):
+            _follow(reader, read, path, flow, seen, certain)
     for node, scope, _ in model.references.get(key, ()):
         if not _is_load(model, node) or model.owner_scope(key, scope) is not owner:
             continue  # a store, or another variable of the same name
@@ -1361,6 +1357,11 @@ def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...
                 live_here = [b for b, _ in model.flow.reaching(key, node)]
                 if any(b is binding for b in live_here):
                     _follow(model, node, path, flow, seen, certain and len(live_here) == 1)
+                continue
+            if owner.kind == "function" and _only_binding_in_scope(model, binding):
+                # A closure (`def train_epoch(): for x in loader:` inside main): it reads the
+                # variable when called, and main gives it this one value.
+                _follow(model, node, path, flow, seen, certain)
                 continue
             flow.escapes = True  # read inside a nested function: runs when (and if) it is called
             return
@@ -1376,10 +1377,14 @@ def _follow_binding(model: SemanticModel, binding: Binding, path: tuple[str, ...
             _follow(model, node, path, flow, seen, False)
 
 
+def _only_binding_in_scope(model: SemanticModel, binding: Binding) -> bool:
+    return sum(1 for other in model.bindings.get(binding.key, ()) if other.scope is binding.scope) == 1
+
+
 def _holds_only_this(model: SemanticModel, binding: Binding) -> bool:
     """The key's only binding in its scope, or one that runs unconditionally at the top of
     its function (or module): where it is live, the name holds its value."""
-    if sum(1 for other in model.bindings.get(binding.key, ()) if other.scope is binding.scope) == 1:
+    if _only_binding_in_scope(model, binding):
         return True
     statement = model.statement_of(binding.node)
     block = model.parent(statement)
@@ -1405,16 +1410,22 @@ def _exclusive_branches(model: SemanticModel, first: cst.CSTNode, second: cst.CS
 
 
 def _attribute_stays_in_class(model: SemanticModel, binding: Binding) -> bool:
-    """`self.loader` is assigned once in its class, and `.loader` is read nowhere else."""
+    """`self.loader` is assigned once in its class, and `.loader` is read nowhere else but on
+    an instance the code built (`data = Data(ds)` ... `data.loader`: followed there)."""
     key, owner = binding.key, binding.scope
     if sum(1 for b in model.bindings.get(key, ()) if b.scope is owner) != 1:
         return False
     attribute = key[len("self."):]
+    on_instances = None
     for node, scope, _ in model.references.get(attribute, ()):
         parent = model.parent(node)
         if isinstance(parent, cst.Attribute) and parent.attr is node and not _names_a_module(model, parent):
-            if model.binding_key(parent, parent) != key or scope.class_scope is not owner:
-                return False  # `trainer.loader`, or a subclass's `self.loader`
+            if model.binding_key(parent, parent) == key and scope.class_scope is owner:
+                continue
+            if on_instances is None:
+                on_instances = {id(read) for reader, read in model.flow.read_from_outside(owner, key) if reader is model}
+            if id(parent) not in on_instances:
+                return False  # `trainer.loader` of an object not known to be one, or a subclass's `self.loader`
     return True
 
 

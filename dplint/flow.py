@@ -151,6 +151,7 @@ class Flow(ReachingMixin, AttributesMixin, ConditionsMixin, AliasesMixin, Values
         self._base_stores: dict = {}  # (id(method), name) -> (class, attribute) or None
         self._outside_stores: dict = {}  # (id(class), key) -> stand-in bindings of stores from outside
         self._attribute_stores: Optional[dict] = None  # (scope, name, attribute) -> `name.attribute = v`
+        self._attribute_reads: Optional[dict] = None  # (scope, name, attribute) -> reads `name.attribute`
         self._conditions: dict[tuple, tuple] = {}
         self._inlining: set = set()  # calls whose predicate body is being looked up
         # `self.x` left by a project base class's methods, one stand-in Binding per (class, key)

@@ -217,6 +217,30 @@ class AttributesMixin:
     def _find_outside_stores(self, class_node: cst.ClassDef, attribute: str) -> list["Binding"]:
         from dplint.semantic import Binding
 
+        found = []
+        for model, name, instance in self._built_instances(class_node):
+            for store in model.flow.attribute_stores(instance.scope, name, attribute):
+                if model.binding_at(name, store) is instance:
+                    found.append(Binding("self." + attribute, store.value, store, model.scope(store), model.order(store)))
+        return found
+
+    def read_from_outside(self, owner: "Scope", key: str) -> list[tuple["SemanticModel", cst.Attribute]]:
+        """Reads of `self.key` made by code outside the class, on an instance it built:
+        `data = Data(ds)` then `for x in data.loader:`, in this file or another file of the
+        project that constructs the class (the reading file's model, the `data.loader` node)."""
+        if owner is None or owner.kind != "class" or not isinstance(owner.node, cst.ClassDef):
+            return []
+        attribute = key[len("self."):]
+        found = []
+        for model, name, instance in self._built_instances(owner.node):
+            for read in model.flow.attribute_reads(instance.scope, name, attribute):
+                if model.binding_at(name, read) is instance:
+                    found.append((model, read))
+        return found
+
+    def _built_instances(self, class_node: cst.ClassDef) -> list[tuple["SemanticModel", str, "Binding"]]:
+        """(file's model, name, binding) for each `name = Class(...)` of the project; none
+        known when the class has no `__init__` (its calls are not collected)."""
         constructor = class_method(class_node, "__init__")
         sites = self.all_call_sites(constructor) if constructor is not None else None
         found = []
@@ -227,24 +251,38 @@ class AttributesMixin:
                 continue  # not `name = Class(...)`: the instance is not followed
             name = statement.targets[0].target.value
             instance = next((b for b in model.bindings_by_node.get(statement, ()) if b.key == name), None)
-            for store in model.flow.attribute_stores(model.scope(call), name, attribute):
-                if instance is not None and model.binding_at(name, store) is instance:
-                    found.append(Binding("self." + attribute, store.value, store, model.scope(store), model.order(store)))
+            if instance is not None:
+                found.append((model, name, instance))
         return found
 
     def attribute_stores(self, scope: "Scope", name: str, attribute: str) -> list[cst.Assign]:
         """The statements `name.attribute = value` of this file in `scope` (one target)."""
-        if self._attribute_stores is None:
-            from dplint.semantic import subtree
-
-            self._attribute_stores = {}
-            for node in subtree(self.model.module):
-                if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                    target = node.targets[0].target
-                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
-                        where = (self.model.scope(node), target.value.value, target.attr.value)
-                        self._attribute_stores.setdefault(where, []).append(node)
+        self._index_attributes()
         return self._attribute_stores.get((scope, name, attribute), [])
+
+    def attribute_reads(self, scope: "Scope", name: str, attribute: str) -> list[cst.Attribute]:
+        """The reads `name.attribute` of this file in `scope` (not stores, not `name.attribute.x = v`'s head)."""
+        self._index_attributes()
+        return self._attribute_reads.get((scope, name, attribute), [])
+
+    def _index_attributes(self) -> None:
+        if self._attribute_stores is not None:
+            return
+        from dplint.semantic import subtree
+
+        self._attribute_stores, self._attribute_reads, stored = {}, {}, set()
+        for node in subtree(self.model.module):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                target = node.targets[0].target
+                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+                    where = (self.model.scope(node), target.value.value, target.attr.value)
+                    self._attribute_stores.setdefault(where, []).append(node)
+            if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                for target in ([t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]):
+                    stored.add(id(target))
+            elif isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and id(node) not in stored:
+                where = (self.model.scope(node), node.value.value, node.attr.value)
+                self._attribute_reads.setdefault(where, []).append(node)
 
     def _stored_on_instance(self, owner: "Scope", name: str) -> Optional[tuple]:
         """(class, attribute) when method `owner` stores its local `name` as `self.attribute`."""

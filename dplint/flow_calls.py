@@ -266,6 +266,23 @@ class CallsMixin:
             sites.extend(others)
         return sites or None
 
+    def known_call_sites(self, function: cst.FunctionDef) -> list[tuple["SemanticModel", cst.Call, bool]]:
+        """The calls of a function that the project shows, even where others may be unseen
+        (a method whose name is also read as another object's attribute, `self.model.train()`
+        beside `Trainer.train`): for questions one call answers, as "does some call run in a
+        loop". `all_call_sites` is for questions about every call."""
+        complete = self.all_call_sites(function)
+        if complete is not None:
+            return complete
+        sites = [(self.model, call, bound) for call, bound in self._call_sites.get(function, ())]
+        project = self.model.project
+        if project is not None:
+            try:
+                sites.extend(project.callers(self.model, function) or ())
+            except Exception:  # a project that cannot answer: no more known
+                pass
+        return sites
+
     def _subclass_constructor_calls(self, function: cst.FunctionDef) -> Optional[list]:
         """(model, call, bound) of each `super().__init__(...)` / `Base.__init__(self, ...)`
         that the project's subclasses (other files, named by their base's plain name) make of

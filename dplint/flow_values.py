@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 _MAX_DEPTH = 12
+# Methods that change a dict's or a list's entries in place.
+_MUTATORS = frozenset(("update", "setdefault", "pop", "popitem", "clear", "append", "insert", "extend", "remove",
+                       "__setitem__", "sort", "reverse"))
 
 _MAX_STEPS = 400  # values_at steps per question
 
@@ -64,6 +67,10 @@ class ValuesMixin:
         if key is None:
             if isinstance(expr, cst.Call):
                 return self._call_values(expr, path, _context, _depth)
+            if isinstance(expr, cst.Subscript):
+                held = self._entry_values(expr, at, path, _context, _depth)
+                if held:
+                    return held
             return [Value(model, expr, path)]
         entries = self._reaching(key, at)
         if not entries:
@@ -85,6 +92,42 @@ class ValuesMixin:
                 continue
             values.extend(self._binding_values(key, binding, joined, _context, _depth))
         return values
+
+    def _entry_values(self, subscript: cst.Subscript, at, path: Path, _context: tuple, _depth: int) -> list[Value]:
+        """`nets["G"]` / `nets[0]` where every value the container holds is a display that
+        spells that entry (`nets = {"G": DDP(g), "D": DDP(d)}`, `nets = [DDP(g), DDP(d)]`):
+        the entry's values. Empty when some value is not such a display, or the key is not a
+        literal (then the subscript stands for itself)."""
+        entry = _literal_key(subscript)
+        if entry is None or self._entries_changed(subscript.value, at):
+            return []
+        found = []
+        for container in self.values_at(subscript.value, at, path, _context, _depth - 1):
+            element = _display_entry(container.expr, entry) if container.known else None
+            if element is None:
+                return []
+            found.extend(container.model.flow.values_at(element, element, container.conditions, (), _depth - 1))
+        return found
+
+    def _entries_changed(self, container: cst.BaseExpression, at) -> bool:
+        """Whether the file changes the entries of what the name holds: `nets["G"] = ...`,
+        `del nets[k]`, `nets.update(...)`, `nets.append(...)`: the display no longer tells."""
+        key = self.model.binding_key(container, at)
+        if key is None:
+            return True
+        owner = self.model.owner_scope(key, self.model.scope(at))
+        for node, scope, _ in self.model.references.get(key, ()):
+            if self.model.owner_scope(key, scope) is not owner:
+                continue  # another variable of the same name
+            parent = self.model.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _MUTATORS:
+                return True
+            if isinstance(parent, cst.Subscript) and parent.value is node:
+                holder = self.model.parent(parent)
+                if isinstance(holder, (cst.AssignTarget, cst.AugAssign, cst.Del)) or \
+                        isinstance(holder, cst.AnnAssign) and holder.target is parent:
+                    return True
+        return False
 
     def _binding_model(self, binding: "Binding") -> Optional["SemanticModel"]:
         """The model whose tree holds `binding`: this one, or, for a binding that a walk took
@@ -508,6 +551,36 @@ class ValuesMixin:
     def wrapped_on_every_path(self, expr, at=None) -> bool:
         found = self.wrappings_at(expr, at)
         return bool(found) and all(w is not None for w, _ in found)
+
+
+def _literal_key(subscript: cst.Subscript):
+    """The key of `x["G"]` or `x[0]`: a string or a non-negative int; None otherwise."""
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return None
+    key = subscript.slice[0].slice.value
+    if isinstance(key, cst.SimpleString):
+        return key.evaluated_value
+    if isinstance(key, cst.Integer):
+        return int(key.value, 0) if key.value.isdigit() or key.value.lower().startswith(("0x", "0o", "0b")) else None
+    return None
+
+
+def _display_entry(display, key) -> Optional[cst.BaseExpression]:
+    """The value a dict display gives `key` (none with a `**` splat), or a list or tuple
+    display's element at index `key` (none with a `*` element)."""
+    if isinstance(display, cst.Dict) and isinstance(key, str):
+        found = None
+        for element in display.elements:
+            if not isinstance(element, cst.DictElement):
+                return None  # `{**base, ...}`: the entry may come from the splat
+            if isinstance(element.key, cst.SimpleString) and element.key.evaluated_value == key:
+                found = element.value  # the last one spelled wins, as in Python
+        return found
+    if isinstance(display, (cst.List, cst.Tuple)) and isinstance(key, int):
+        if any(isinstance(element, cst.StarredElement) for element in display.elements):
+            return None
+        return display.elements[key].value if key < len(display.elements) else None
+    return None
 
 
 def copied_object(model: "SemanticModel", expr) -> Optional[cst.BaseExpression]:

@@ -294,11 +294,12 @@ class Project:
                         piece = scanned.imports_naming(name)
                         if not piece:
                             continue
-                    found.setdefault(other, []).append(piece)
-                    # Next level: only the imports of names this definition uses. A re-export
-                    # names the same definition, so following it costs no level (a package's
-                    # `__init__` that re-exports its subpackage's).
+                    # The piece with the imports of the names it uses: `DDP(...)` means
+                    # DistributedDataParallel by its file's `import ... as DDP`. Next level: only
+                    # those imports. A re-export names the same definition, so following it
+                    # costs no level (a package's `__init__` that re-exports its subpackage's).
                     imports = scanned.import_lines_used_by(name, piece)
+                    found.setdefault(other, []).extend((*imports, piece))
                     if imports:
                         entry = (other, self._piece_imports(other, name, imports, piece))
                         if re_export and re_exports < MAX_RE_EXPORTS:

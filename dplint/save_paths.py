@@ -265,11 +265,25 @@ def _route(model: SemanticModel, node: cst.CSTNode, visiting: frozenset, switche
         return entry
     if _builds_ddp(model, function, switches):
         return Route()
-    for call in callers_of(model, function):
+    callers = callers_of(model, function)
+    if not callers and _entry_of_a_ddp_object(model, function, switches):
+        return Route()
+    for call in callers:
         route = _route(model, call, visiting | {function}, switches)
         if route is not None:
             return Route((call, *route.calls))
     return None
+
+
+def _entry_of_a_ddp_object(model: SemanticModel, method: cst.FunctionDef, switches: set) -> bool:
+    """A method nothing in the project calls, of a class one of whose methods builds a
+    DistributedDataParallel on every rank (`Trainer.__init__`): every rank has such an object,
+    and the driver that runs it (`trainer.fit()`, a framework) runs it on each."""
+    owner = model.parent(model.parent(method))
+    if not isinstance(owner, cst.ClassDef) or method.name.value.startswith("_"):
+        return False
+    methods = [s for s in owner.body.body if isinstance(s, cst.FunctionDef)]
+    return any(_builds_ddp(model, other, switches) for other in methods) and not model.flow.known_call_sites(method)
 
 
 def _builds_ddp(model: SemanticModel, function: cst.FunctionDef, switches: set) -> bool:

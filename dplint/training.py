@@ -1175,7 +1175,8 @@ def inner_model_use(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTN
     wrapper's own name still holds the wrapper (`core = net.module` ... `core.train()`)."""
     if isinstance(expr, cst.Attribute) and expr.attr.value == "module":
         wrapping = held_wrapper(model, expr.value)
-        if wrapping is not None and model.binding_key(expr.value, at) is not None:
+        named = model.binding_key(expr.value, at) is not None or names_an_entry(model, expr.value, at)
+        if wrapping is not None and named:
             return InnerUse(wrapping, expr.value)
         return None
     key = model.binding_key(expr, at)
@@ -1199,6 +1200,12 @@ def inner_model_use(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTN
     else:
         same = wrapping.scope is here
     return InnerUse(wrapping, None) if same else None
+
+
+def names_an_entry(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """`nets["G"]`: a literal entry of a named container, which names one object as a name does."""
+    return isinstance(expr, cst.Subscript) and model.binding_key(expr.value, at) is not None and bool(
+        model.flow.wrapped_on_some_path(expr, at))
 
 
 def _alias_of_inner(model: SemanticModel, key: str, at: cst.CSTNode) -> Optional[InnerUse]:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from dplint.rule import Applicability, Edit, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel
-from dplint.training import handed_in, inherited_wrappers, wrappings as wrappers_built
+from dplint.training import handed_in, inherited_wrappers, names_an_entry, wrappings as wrappers_built
 from dplint.project import owns
 from dplint.wrappers import (
     WRAPPER_CLASS_NAMES,
@@ -175,10 +175,20 @@ class AttributeThroughWrapper(Rule):
                 continue
             if only_tested:
                 continue
-            if key is None or (key, attribute) in stored or only_inherited and not (
-                    _inherited_attribute(model, key, node) or handed_in(model, key, node)):
+            if key is None:
+                if only_inherited or not names_an_entry(model, base, node):
+                    continue  # `nets["G"].x` with `nets = {"G": DDP(g)}` names one object, as a name does
+            elif (key, attribute) in stored:
+                continue
+            # No wrapper built in this file: a base class's, one handed in, or one a call of
+            # another file returns on every path (`model, ema = build_training_mode(cfg, m)`).
+            gated = key is not None and only_inherited and not (
+                _inherited_attribute(model, key, node) or handed_in(model, key, node))
+            if gated and not _returned_by_a_call(model, key, node):
                 continue
             wrappings, wrapped, bare = wrapper_paths(model, base, node)
+            if gated and bare:
+                continue
             wrappings = [w for w in wrappings if not wrapping_has(model, w, attribute) and not wraps_optimizer(model, w)]
             if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
                 continue
@@ -244,6 +254,18 @@ def _read_on_tested_wrapper(model: SemanticModel, node: cst.Attribute, kinds: tu
             (Edit(node, node.with_changes(value=cst.Attribute(node.value, cst.Name("module")))),),
         ),
     )
+
+
+def _returned_by_a_call(model: SemanticModel, key: str, node: cst.CSTNode) -> bool:
+    """Some binding of `key` in the file takes what a project call returns (`m = build(...)`,
+    `m, ema = build(...)`): the flow model may follow it into the callee."""
+    for binding in model.bindings.get(key, ()):
+        value = binding.value
+        if value is None and isinstance(binding.node, cst.Assign):
+            value = binding.node.value  # one target of `a, b = build(...)`
+        if isinstance(value, cst.Call) and not (model.qualified_name(value.func) or "").startswith("torch"):
+            return True
+    return False
 
 
 def _names_only(expr: cst.BaseExpression) -> bool:

@@ -11,6 +11,7 @@ from dplint.cuda import (
     bare_cuda_placements,
     caller_placements,
     caller_selects_a_device,
+    callee_placements,
     group_process,
     late_set_device,
     owner_def,
@@ -40,7 +41,10 @@ class MissingSetDevice(Rule):
     (`x.cuda()`, `x.to("cuda")`, `torch.device("cuda")`, a torch call given
     `device="cuda"`, also through a name that holds `"cuda"`, and through an attribute every
     value of which the file sets to `"cuda"` or `"cpu"`: `args.device = "cuda"` read in
-    `Trainer(args)`, a `--device` option defaulting to `"cuda"`) and never selects a GPU:
+    `Trainer(args)`, a `--device` option defaulting to `"cuda"`; also in another project file
+    the process runs: a function one of its calls runs, the `__init__` and `forward` of a
+    module it builds, three calls deep, but not a call that only some ranks make, as a rank-0
+    evaluation, where GPU 0 may be right) and never selects a GPU:
     no `torch.cuda.set_device(...)` on the process's path (the init's function, the
     functions of the file that call it, and the project functions those call, three calls
     deep, across files), none in the files of every caller of a helper that starts the
@@ -218,6 +222,10 @@ class MissingSetDevice(Rule):
             # init_process_group(...)`: that `cuda` is the one-process path's.
             mine = [(model, placement) for placement in mine if not on_exclusive_branches(model, placement, site.node)]
             mine += caller_placements(model, site.node)  # the callers' files of a helper starting the group
+            reached = _functions_of_process(model, site.node) if narrowed else None
+            mine += callee_placements(  # other files' functions and modules this process runs
+                model, lambda node, init=site.node, reached=reached: not on_exclusive_branches(model, node, init)
+                and (reached is None or owner_def(model, node) in reached or owner_def(model, node) is None))
             if not mine:
                 continue
             where, first = mine[0]
@@ -265,9 +273,18 @@ def _placements_of_process(model: SemanticModel, init: cst.Call, placements: lis
     """The placements that run in the process making `init`: in the functions reached from
     the outermost callers of its function (an `mp.spawn` target has none), or all of them when
     that climb reaches module level."""
+    reached = _functions_of_process(model, init)
+    if reached is None:
+        return placements
+    return [p for p in placements if owner_def(model, p) in reached or owner_def(model, p) is None]
+
+
+def _functions_of_process(model: SemanticModel, init: cst.Call) -> Optional[set]:
+    """The functions of the file reached from the outermost callers of the init's function;
+    None when that climb reaches module level (then the whole file runs in the process)."""
     start = owner_def(model, init)
     if start is None:
-        return placements
+        return None
     roots, seen, stack = [], set(), [start]
     while stack:
         function = stack.pop()
@@ -280,7 +297,7 @@ def _placements_of_process(model: SemanticModel, init: cst.Call, placements: lis
         for call in callers:
             outer = owner_def(model, call)
             if outer is None:
-                return placements
+                return None
             stack.append(outer)
     callees: dict = {}
     for site in model.calls:
@@ -293,7 +310,7 @@ def _placements_of_process(model: SemanticModel, init: cst.Call, placements: lis
         if function not in reached:
             reached.add(function)
             stack.extend(callees.get(function, ()))
-    return [p for p in placements if owner_def(model, p) in reached or owner_def(model, p) is None]
+    return reached
 
 
 def _called_defs(model: SemanticModel, call: cst.Call, owner: cst.FunctionDef) -> list[cst.FunctionDef]:

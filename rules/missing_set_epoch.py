@@ -58,7 +58,8 @@ class MissingSetEpoch(Rule):
     the iterations still needs `set_epoch` there.
 
     The sampler is followed through names (every binding that can reach a use, branch by
-    branch; a module global also where a function reads it; one target of a tuple
+    branch; a module global also where a function reads it, a function's variable where a
+    closure it defines reads it and the function binds it once; one target of a tuple
     assignment, `sampler, shuffle = DistributedSampler(ds), False`), loaders (torch's and PyG's,
     MONAI's, timm's `MultiEpochsDataLoader`, such a class held by a name (`loader_cls=DataLoader`
     as a parameter no caller changes, `loader_class = DataLoader` / `... = MultiEpochsDataLoader`),
@@ -74,7 +75,10 @@ class MissingSetEpoch(Rule):
     loader (`loader = tqdm(loader)`), a name holding `enumerate`/`zip` of it (`bar =
     tqdm(enumerate(loader))` ... `for step, batch in bar`), either branch of a conditional expression
     (`tqdm(loader) if rank == 0 else loader`), the parameters of functions and
-    constructors it is passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`, also a static
+    constructors it is passed to (`Runner(net, loader)`, `train_one_epoch(model, loader)`; an
+    attribute the class keeps is also read on an instance the code built, `data = Data(ds)`
+    ... `for x in data.loader`, in any file; one call of a method inside a loop makes that
+    the epoch loop even where its other callers can't all be seen; also a static
     method's `self` given the instance by `mp.spawn`), and the values they return (also one
     element of a returned tuple: `train_dl, val_dl = make_loaders()`); a value returned by
     a function entered through a parameter goes back to that call only.
@@ -296,7 +300,7 @@ class MissingSetEpoch(Rule):
                 continue
             where = training[0].loops_in
             line = where.position(training[0].epoch_loops[-1])[0].line
-            line = str(line) if where is model else f"{_shown_path(where.path)}:{line}"
+            line = f"line {line}" if where is model else f"{_shown_path(where.path)}:{line}"
             yield Violation(
                 node=sampler,
                 message=(
@@ -304,9 +308,9 @@ class MissingSetEpoch(Rule):
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
                     + ", but `set_epoch()` is never called on it: it seeds its order with "
                     + ("`seed + epoch`" if epoch_seeded_class(model, sampler)[0] else "its epoch")
-                    + (f", so every pass of the generator's loop at line {line} repeats the same order on "
+                    + (f", so every pass of the generator's loop at {line} repeats the same order on "
                        "every rank; call `sampler.set_epoch(n)` before each pass" if training[0].generator else
-                       f", so every epoch of the loop at line {line} repeats the same order on every rank; "
+                       f", so every epoch of the loop at {line} repeats the same order on every rank; "
                        "call `sampler.set_epoch(epoch)` at the start of each epoch")
                 ),
                 fix=self._fix(model, flow, epoch_loops) if built_here and _class_sure(model, sampler)

@@ -299,3 +299,17 @@ def test_set_device_variant_reads_the_branches_around_the_site():
     assert (second.line, second.variant) == (15, "one-process-branch")
     bare = ONE_PROCESS_BRANCHES.replace("model.to(device)", "model.cuda()")
     assert [m.variant for m in mutants({"train.py": bare})["drop-set-device"]] == ["bare-cuda", "one-process-branch"]
+
+
+def test_set_device_deletions_no_rank_feels_are_shown_but_not_counted():
+    def record(variant, detected, part="blind"):
+        return {"operator": "drop-set-device", "rule": "missing-set-device", "variant": variant,
+                "part": part, "had": False, "detected": detected}
+    records = [record("bare-cuda", True), record("bare-cuda", False), record("indexed-cuda", False),
+               record("one-process-branch", False)]
+    lines = mutate.table(records)
+    operator = next(line for line in lines if line.startswith("drop-set-device"))
+    assert operator.split("|")[1].split() == ["2", "0", "1/2", "0.50"]
+    indexed = next(line for line in lines if "indexed-cuda" in line)
+    assert "(no bug: not counted)" in indexed and indexed.split("|")[1].split() == ["1", "0", "0/1", "0.00"]
+    assert next(line for line in lines if line.startswith("all")).split("|")[1].split() == ["2", "0", "1/2", "0.50"]

@@ -130,7 +130,7 @@ def test_set_epoch_not_needed_when_rebuilt_with_a_new_seed_each_epoch():
         LOADER + "def make():\n    return sampler\n",
         # set_epoch, or the epoch attribute, reached some other way
         LOADER + "loader.sampler.epoch = 3\n",
-        LOADER + "if hasattr(loader.sampler, 'set_epoch'):\n    pass\n",
+        LOADER + "set_epoch = getattr(loader.sampler, 'set_epoch', None)\n",
         # not torch's sampler
         LOADER.replace("from torch.utils.data import DataLoader, DistributedSampler",
                        "from torch.utils.data import DataLoader\nfrom mylib import DistributedSampler"),
@@ -142,10 +142,12 @@ def test_set_epoch_silent_where_the_file_cannot_tell(code):
 
 
 def test_set_epoch_asking_for_another_attribute_keeps_the_sampler_in_view():
-    # hasattr() stores nothing; only asking for the epoch by name hints at a call made elsewhere.
+    # hasattr() only asks; the epoch is set by a call, and here none follows the test.
     body = "for epoch in range(3):\n    for x, y in loader:\n" + TRAIN
-    probe = LOADER + "if hasattr(loader, 'batch_sampler'):\n    pass\n"
-    assert findings(probe + body, "DPL008") == [(3, 11, "error", True)]
+    for probe in ("if hasattr(loader, 'batch_sampler'):\n    pass\n",
+                  "if hasattr(loader.sampler, 'set_epoch'):\n    pass\n"):
+        assert findings(LOADER + probe + body, "DPL008") == [(3, 11, "error", True)]
+    # getattr() hands the method (or the value) out: it may be called where the file can't see.
     asks_epoch = LOADER + "start = getattr(loader.sampler, 'epoch', 0)\n"
     assert findings(asks_epoch + body, "DPL008") == []
 
