@@ -300,7 +300,7 @@ def test_whole_word_spans_always_advances(text, name):
 
 # ------------------------------------------------------------------ pre-commit, end to end
 def test_git_commit_through_the_local_hook_returns_on_such_a_project(tmp_path):
-    from test_precommit import DOCS, GIT_ENV, commit, git
+    from test_precommit import DOCS, GIT_ENV, git
 
     doc = next(doc for doc in DOCS if doc.exists())
     snippet = next(b for b in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S) if "repo: local" in b)
