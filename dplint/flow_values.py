@@ -146,9 +146,8 @@ class ValuesMixin:
             found = self.values_at(binding.value, binding.node, joined, _context, _depth - 1)
         elif isinstance(binding.node, cst.Param):
             found = self._parameter_values(binding, joined, _context, _depth)
-        elif isinstance(binding.node, (cst.Assign, cst.AnnAssign)) and isinstance(
-            binding.node.value, cst.Call
-        ):
+        elif isinstance(binding.node, (cst.Assign, cst.AnnAssign)) and binding.node.value is not None:
+            # one target of `a, b = build(...)` or of `net_g, net_d = nets`
             found = self._unpacked_values(binding, joined, _context, _depth)
         elif isinstance(binding.node, cst.ImportFrom) and model.project is not None:
             found = self._imported_values(key, joined, _depth)
@@ -419,7 +418,7 @@ class ValuesMixin:
         node = binding.node
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
         index = _element_index(self.model, targets, binding.key)
-        if index is None:
+        if index is None or not isinstance(node.value, cst.Call) and self._entries_changed(node.value, node):
             return [Value(self.model, None, path)]
         values = []
         for value in self.values_at(node.value, node, path, context, depth - 1):

@@ -266,7 +266,8 @@ def _route(model: SemanticModel, node: cst.CSTNode, visiting: frozenset, switche
     if _builds_ddp(model, function, switches):
         return Route()
     callers = callers_of(model, function)
-    if not callers and _entry_of_a_ddp_object(model, function, switches):
+    if not callers and visiting and _entry_of_a_ddp_object(model, function, switches):
+        # (not the save's own method: a `save(path)` nobody calls is an API whose caller decides)
         return Route()
     for call in callers:
         route = _route(model, call, visiting | {function}, switches)
@@ -278,7 +279,8 @@ def _route(model: SemanticModel, node: cst.CSTNode, visiting: frozenset, switche
 def _entry_of_a_ddp_object(model: SemanticModel, method: cst.FunctionDef, switches: set) -> bool:
     """A method nothing in the project calls, of a class one of whose methods builds a
     DistributedDataParallel on every rank (`Trainer.__init__`): every rank has such an object,
-    and the driver that runs it (`trainer.fit()`, a framework) runs it on each."""
+    and the driver that runs it (`trainer.fit()`, a framework) runs it on each. Asked only of
+    a method that calls on towards the save (`fit()` calling `self.save()`)."""
     owner = model.parent(model.parent(method))
     if not isinstance(owner, cst.ClassDef) or method.name.value.startswith("_"):
         return False

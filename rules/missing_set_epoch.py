@@ -8,15 +8,14 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from dplint.data import (
-    epoch_seeded_class,
     SAMPLER_SEED,
-    SamplerFlow,
-    epoch_count_loop,
     distributed_sampler_shuffles,
+    epoch_count_loop,
     epoch_sampler_shuffle,
+    epoch_seeded_class,
     returns_shuffling_sampler,
-    trace_sampler,
 )
+from dplint.sampler_flow import SamplerFlow, trace_sampler
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
 from dplint.semantic import SemanticModel, argument, literal_value
 
@@ -80,7 +79,9 @@ class MissingSetEpoch(Rule):
     ... `for x in data.loader`, in any file; one call of a method inside a loop makes that
     the epoch loop even where its other callers can't all be seen; also a static
     method's `self` given the instance by `mp.spawn`), and the values they return (also one
-    element of a returned tuple: `train_dl, val_dl = make_loaders()`); a value returned by
+    element of a returned tuple: `train_dl, val_dl = make_loaders()`; one element of a list or
+    tuple passed on or bound to a name, `train(..., [train_loader, eval_loader])` unpacked by the
+    callee as `train_loader, eval_loader = loaders`); a value returned by
     a function entered through a parameter goes back to that call only.
 
     A factory that builds the sampler each time it runs gives each call a sampler of its

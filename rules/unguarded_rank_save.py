@@ -34,9 +34,10 @@ class UnguardedRankSave(Rule):
     `torch.save(...)` of a file that every rank runs. Every rank runs module-level code, a
     function started by `mp.spawn`, a function that starts the process group itself or wraps a
     model in `DistributedDataParallel` (a collective every process joins), a public method that
-    nothing in the project calls of a class one of whose methods builds such a wrapper (each
-    rank has the object and its driver runs it: `Trainer.fit()`), and a function called from
-    such code without a guard.
+    nothing in the project calls of a class one of whose methods builds such a wrapper, when it
+    calls on to the save (each rank has the object and its driver runs it: `Trainer.fit()`
+    calling `self.save()`; a `save()` nobody calls is left to its caller), and a function
+    called from such code without a guard.
 
     A save is guarded, and not flagged, where only some ranks get to it: under an `if` whose
     test involves the rank (`if dist.get_rank() == 0:`, `if args.local_rank in (-1, 0):`,
