@@ -302,6 +302,8 @@ class Project:
                     found.setdefault(other, []).extend((*imports, piece))
                     if imports:
                         entry = (other, self._piece_imports(other, name, imports, piece))
+                        if re_export:  # the statement may re-export many: only this name goes on
+                            entry = (other, [pair for pair in entry[1] if pair[1] == name])
                         if re_export and re_exports < MAX_RE_EXPORTS:
                             frontier.append((*entry, re_exports + 1))
                         else:
@@ -1109,11 +1111,15 @@ class _ScannedText:
         return self._imports_used_by[name]
 
     def import_lines_using(self, used: set[str]) -> list[str]:
-        """The lines of the import statements that name one of `used`."""
+        """The import statements (whole: `from .parallel import (\n a, b\n)` is one) that
+        name one of `used`, the keywords of the statements left out."""
         if self._import_words is None:
-            lines = "\n".join(self._import_statements()).splitlines()
-            self._import_words = [(line, set(_WORD.findall(line))) for line in lines]
-        return [line for line, words in self._import_words if not used.isdisjoint(words)]
+            self._import_words = [(statement, set(_WORD.findall(statement)) - _IMPORT_KEYWORDS)
+                                  for statement in self._import_statements()]
+        return [statement for statement, words in self._import_words if not used.isdisjoint(words)]
+
+
+_IMPORT_KEYWORDS = frozenset(("from", "import", "as"))
 
 
 def _statements_naming(block: str, naming: WholeWords) -> list[str]:

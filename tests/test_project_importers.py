@@ -128,3 +128,24 @@ def test_a_run_on_single_files_finds_the_same_importers_as_a_folder_run(tmp_path
             assert single_files._importers_of(own, target) == folder_run._importers_of(own, target), (own, target)
     engine = str(tmp_path / "pkg" / "engine.py")
     assert {os.path.basename(path) for path, _ in single_files._importers_of(engine, engine)} == {"__init__.py", "train.py", "run.py"}
+
+
+def test_the_forward_closure_reads_multi_line_re_exports_and_the_imports_a_definition_uses(tmp_path):
+    # `from .parallel import (\n a, b\n)` is one statement; of a package `__init__` that
+    # re-exports many names, only the one imported goes on; the definition comes with the
+    # import that gives `DDP` its meaning.
+    write(tmp_path, {
+        "pkg/__init__.py": ("from .utils import (\n" + "".join(f"    helper_{i},\n" for i in range(60)) + ")\n"
+                            "from .parallel import (\n    build_loader, build_model\n)\n"),
+        "pkg/utils.py": "".join(f"def helper_{i}():\n    return {i}\n" for i in range(60)),
+        "pkg/parallel/__init__.py": "from .model import build_model\nfrom .loader import build_loader\n",
+        "pkg/parallel/model.py": ("from torch.nn.parallel import DistributedDataParallel as DDP\n\n\n"
+                                  "def build_model(model, rank):\n    return DDP(model, device_ids=[rank])\n"),
+        "pkg/parallel/loader.py": "def build_loader(ds):\n    return ds\n",
+        "main.py": "from pkg import helper_0, helper_1, build_model\nnet = build_model(Net(), 0)\n",
+    })
+    main = tmp_path / "main.py"
+    closure = Project((str(tmp_path),)).import_closure(str(main), main.read_text(), importers=False)
+    model_file = str(tmp_path / "pkg/parallel/model.py")
+    assert model_file in closure and "DistributedDataParallel as DDP" in closure[model_file]
+    assert str(tmp_path / "pkg/parallel/loader.py") not in closure
