@@ -976,7 +976,7 @@ def _attribute_stays_in_class(model: SemanticModel, binding: Binding) -> bool:
     """`self.loader` is assigned once in its class, and `.loader` is read nowhere else but on
     an instance the code built (`data = Data(ds)` ... `data.loader`: followed there)."""
     key, owner = binding.key, binding.scope
-    if sum(1 for b in model.bindings.get(key, ()) if b.scope is owner) != 1:
+    if not _only_binding_in_scope(model, binding):
         return False
     attribute = key[len("self."):]
     on_instances = None

@@ -1203,9 +1203,9 @@ def inner_model_use(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTN
 
 
 def names_an_entry(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    """`nets["G"]`: a literal entry of a named container, which names one object as a name does."""
-    return isinstance(expr, cst.Subscript) and model.binding_key(expr.value, at) is not None and bool(
-        model.flow.wrapped_on_some_path(expr, at))
+    """`nets["G"]`: an entry of a named container, which names one object as a name does (what
+    it holds is the flow model's answer, asked by the callers)."""
+    return isinstance(expr, cst.Subscript) and model.binding_key(expr.value, at) is not None
 
 
 def _alias_of_inner(model: SemanticModel, key: str, at: cst.CSTNode) -> Optional[InnerUse]:
