@@ -28,13 +28,6 @@ EXIT_ERROR = 2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
-def main(argv: list[str]) -> int:
-    """`python -m dplint.runtime_check ARGS`: the same command as `dplint verify`."""
-    from dplint.runtime_check.command import main as command_main
-
-    return command_main(argv, prog_name="python -m dplint.runtime_check")
-
-
 def run_verify(script: str, script_args: list[str], *, select=None, cwd=None, cpu_remap=False, nproc_per_node=None,
                batches=3, epochs=2, timeout=120.0, output_format="text", keep=False, quiet=False) -> int:
     verify_options = VerifyOptions(

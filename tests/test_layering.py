@@ -33,12 +33,6 @@ KNOWN_BACK_EDGES = {
         "static_truth ask it), while the flow model reads the semantic model: the memo belongs "
         "to the flow floor (`flow_of(model)` in dplint/flow.py, its callers moved to it)"
     ),
-    ("dplint.runtime_check.command", "dplint.runtime_check.cli"): (
-        "`dplint verify` imports the verify runner only when run (a missing torch is then an "
-        "error message), and runtime_check/cli.py's `main` calls the command back: that `main` "
-        "is unused (`python -m dplint.runtime_check` runs runtime_check/__main__.py, which calls "
-        "the command itself), and deleting it removes the circle"
-    ),
 }
 
 
