@@ -66,10 +66,38 @@ def option_default(model: SemanticModel, expr: cst.BaseExpression) -> Optional[s
 
 
 def option_declaration(model: SemanticModel, expr: cst.BaseExpression) -> Optional[cst.Call]:
-    """The `add_argument(...)` call of this file that declares the option `args.<name>` reads."""
+    """The `add_argument(...)` call that declares the option `args.<name>` reads: in this
+    file, else in the file whose parser made `args` (`args = get_parser().parse_args()` with
+    `get_parser` in `opts.py`, or `args = opts.parse()` returning `parser.parse_args()`)."""
     if not isinstance(expr, cst.Attribute):
         return None
-    wanted = expr.attr.value
+    found = _declared_in(model, expr.attr.value)
+    if found is not None or model.project is None or not isinstance(expr.value, cst.Name):
+        return found
+    for parser_model in _parser_files(model, expr.value, expr):
+        found = _declared_in(parser_model, expr.attr.value)
+        if found is not None:
+            return found
+    return None
+
+
+def _parser_files(model: SemanticModel, args: cst.Name, at: cst.CSTNode) -> list[SemanticModel]:
+    """The other files whose parser's `parse_args()` the name holds, on every path."""
+    files = []
+    for value in model.flow.values_at(args, at):
+        call = value.expr
+        if not (value.known and isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "parse_args"):
+            return []
+        parsers = value.model.flow.values_at(call.func.value, call)
+        if not parsers or any(not parser.known for parser in parsers):
+            return []
+        files.extend(parser.model for parser in parsers if parser.model is not model and parser.model not in files)
+    return files
+
+
+def _declared_in(model: SemanticModel, wanted: str) -> Optional[cst.Call]:
+    """The `add_argument(...)` call of this file that declares the option `wanted`."""
     for site in model.calls:
         call = site.node
         if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):

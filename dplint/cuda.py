@@ -690,11 +690,20 @@ def bare_cuda_placements(model: SemanticModel) -> list[cst.Call]:
         if not isinstance(call.func, cst.Attribute) or site.qualified_name is not None and site.qualified_name.startswith("torch."):
             continue  # torch's functions; `config.model.cuda()` of `from train_config import config` is a method
         method = call.func.attr.value
-        if method == "cuda" and not call.args:
-            found.append(call)
-        elif method == "to" and call.args and call.args[0].keyword is None and _holds_bare_cuda(model, call.args[0].value, call):
+        if method == "cuda" and argument(call, 0, "device") is None and not any(arg.star for arg in call.args):
+            found.append(call)  # `.cuda()`, `.cuda(non_blocking=True)`: the current device
+        elif method == "to" and _holds_bare_cuda_to(model, call):
             found.append(call)
     return found
+
+
+def _holds_bare_cuda_to(model: SemanticModel, call: cst.Call) -> bool:
+    """`x.to("cuda")`, `x.to(device, non_blocking=True)`, `x.to(device="cuda")` with a bare `cuda`
+    device."""
+    device = argument(call, None, "device")
+    if device is None and call.args and call.args[0].keyword is None and not call.args[0].star:
+        device = call.args[0].value
+    return device is not None and _holds_bare_cuda(model, device, call)
 
 
 def _holds_bare_cuda(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:

@@ -68,14 +68,15 @@ class CallsMixin:
             func.attr.value in self._method_names() or not local and self._made_from_import(func.value)
         ):
             # `trainer.fit()` where `trainer = Trainer(...)`, a class of this file (or, unless
-            # `local`, of another project file: `from trainer import Trainer`).
+            # `local`, of another project file: `from trainer import Trainer`); the method may
+            # be the class's own or one it inherits from a project base class.
             values = self.values_at(func.value, call)
             if len(values) == 1 and isinstance(values[0].expr, cst.Call) and values[0].model is model:
                 made = self.callee(values[0].expr, local=local)
                 if made is not None and isinstance(made.node, cst.ClassDef):
-                    method = class_method(made.node, func.attr.value)
-                    if method is not None and not _is_static(method):
-                        return Callee(made.model, method, True)
+                    found = self._method_of_class(made.model, made.node, func.attr.value, local)
+                    if found is not None and not _is_static(found[1]):
+                        return Callee(found[0], found[1], True)
         return None
 
     def _named_callee(self, name: str, at: cst.CSTNode, local: bool) -> Optional[Callee]:

@@ -79,7 +79,7 @@ class ValuesMixin:
             return [Value(model, None, path)]
         values: list[Value] = []
         for binding, conditions in entries:
-            if _context and self._dead_in_call(binding, _context):
+            if _context and not isinstance(binding.node, cst.Param) and self._dead_in_call(binding.node, _context):
                 continue
             joined = _join(path, conditions)
             if id(binding) in self._inherited_of:
@@ -165,14 +165,15 @@ class ValuesMixin:
             return []
         return [v.expr for v in values]
 
-    def _dead_in_call(self, binding: "Binding", context: tuple) -> bool:
-        """Whether the call being followed never reaches `binding`: it sits under an `if` of
-        that function whose test this call's arguments decide against it (`if len(gpu_ids) >
-        0: net = DataParallel(net, gpu_ids)` in `init_net(net, gpu_ids=[])` called without
-        `gpu_ids`). Only tests on the function's own names whose every value is a literal."""
+    def _dead_in_call(self, node: cst.CSTNode, context: tuple) -> bool:
+        """Whether the call being followed never reaches `node` (a binding, a `return`): it
+        sits under an `if` of that function whose test this call's arguments decide against it
+        (`if len(gpu_ids) > 0: net = DataParallel(net, gpu_ids)` in `init_net(net, gpu_ids=[])`
+        called without `gpu_ids`), or after an `if` that returns or raises and that the
+        arguments decide for (`if not distributed: return None`). Only tests on the function's
+        own names whose every value is a literal."""
         function = context[0][0]
-        node = binding.node
-        if isinstance(node, cst.Param) or _enclosing_function(self.model, node) is not function:
+        if _enclosing_function(self.model, node) is not function:
             return False
         child = node
         for ancestor in self.model.ancestors(node):
@@ -182,6 +183,13 @@ class ValuesMixin:
                 truth = self._truth_in_call(ancestor.test, context)
                 if truth is not None and truth != (child is ancestor.body):
                     return True
+            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+                for earlier in ancestor.body:
+                    if earlier is child:
+                        break
+                    if isinstance(earlier, cst.If) and earlier.orelse is None and _ends_in_exit(earlier.body, self.model) \
+                            and self._truth_in_call(earlier.test, context) is True:
+                        return True
             child = ancestor
         return False
 
@@ -302,8 +310,10 @@ class ValuesMixin:
         inner_context = ((function, call, caller or self.model, callee.bound), *context) if call is not None else context
         values: list[Value] = []
         for statement in returns:
+            if call is not None and self._dead_in_call(statement, inner_context):
+                continue  # this call's arguments decide the `if` around it against it
             values.extend(self.values_at(statement.value, statement, self._passed_early_exits(statement), inner_context, depth))
-        return values
+        return values or [Value(self.model, None, ())]
 
     def _passed_early_exits(self, statement: cst.CSTNode) -> Path:
         """The tests that failed for `statement` to run after an earlier `if <test>: return ...`

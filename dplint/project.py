@@ -300,6 +300,10 @@ class Project:
                     # costs no level (a package's `__init__` that re-exports its subpackage's).
                     imports = scanned.import_lines_used_by(name, piece)
                     found.setdefault(other, []).extend((*imports, piece))
+                    if name is not None and not re_export:
+                        # and the definitions of its own file that it names, next level: a class's
+                        # base (its inherited methods), a helper it calls
+                        following.append((other, [(other, used) for used in scanned.definitions_named_by(name, piece)], 0))
                     if imports:
                         entry = (other, self._piece_imports(other, name, imports, piece))
                         if re_export:  # the statement may re-export many: only this name goes on
@@ -1018,6 +1022,13 @@ class _ScannedText:
                     piece = self.text[span[0]: following.start() if following else len(self.text)]
                 self._definitions[name] = piece
         return self._definitions[name]
+
+    def definitions_named_by(self, name: str, piece: str) -> list[str]:
+        """The file's other top-level `def`s and `class`es that `piece`, the definition of
+        `name`, names."""
+        words = set(_WORD.findall(piece))
+        return [other for other in sorted(self.top_level_names() & words)
+                if other != name and _DEFINITION_HEADER.match(self.definition(other) or "")]
 
     def top_level_names(self) -> set[str]:
         """The names of the file's top-level definitions and assignments."""

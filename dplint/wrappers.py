@@ -410,6 +410,32 @@ def narrowed_to_wrapper(model: SemanticModel, name_expr: cst.BaseExpression, nod
     return None
 
 
+def lacks_tested_attribute(model: SemanticModel, name_expr: cst.BaseExpression, node: cst.CSTNode, attribute: str) -> bool:
+    """Whether `node` runs where the nearest enclosing test of the object is `hasattr(m,
+    "<attribute>")` and fails: there `m.<attribute>` raises, whatever `m` is (`m.config if
+    hasattr(m, "config") else m.config`, the `.module.` of the second side lost)."""
+    target = model.code(name_expr)
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            if _checks_wrapper(model, ancestor.test, target) is not None:
+                test, holds = ancestor.test, child is ancestor.body
+                while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                    test, holds = test.expression, not holds
+                return not holds and _is_hasattr(model, test, target, attribute)
+        child = ancestor
+    return False
+
+
+def _is_hasattr(model: SemanticModel, test: cst.BaseExpression, target: str, attribute: str) -> bool:
+    """`hasattr(<target>, "<attribute>")`."""
+    return (isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "hasattr"
+            and len(test.args) == 2 and model.code(test.args[0].value) == target
+            and isinstance(test.args[1].value, cst.SimpleString) and test.args[1].value.evaluated_value == attribute)
+
+
 def _checks_wrapper(model: SemanticModel, test: cst.BaseExpression, target: str, aliases: int = 3) -> Optional[bool]:
     negate = False
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):

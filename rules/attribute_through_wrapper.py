@@ -13,6 +13,7 @@ from dplint.project import owns
 from dplint.wrappers import (
     WRAPPER_CLASS_NAMES,
     is_store,
+    lacks_tested_attribute,
     narrowed_to_wrapper,
     tied_to_a_wrapper_having,
     unwrapped_by_a_helper,
@@ -60,7 +61,8 @@ class AttributeThroughWrapper(Rule):
     the wrapper lacking it was made under another (`if n_gpu > 1: DataParallel` /
     `elif local_rank != -1: DDP`, then `if step_skips and local_rank != -1: model.no_sync()`:
     the parts of a compound test are judged one by one), and under a test of the object itself (`if hasattr(m, "features")`,
-    `isinstance(m, DDP)` in its `else`), and on what a project unwrap helper returned
+    `isinstance(m, DDP)` in its `else`; but where `hasattr(m, "config")` failed, `m.config`
+    is flagged: the object was just found to lack it), and on what a project unwrap helper returned
     (`self.net = self.bare_net()` with `bare_net` a method, of this file or a base class's
     file, returning `m.module` where it tests `isinstance(m, DataParallel)` or
     `hasattr(m, "module")`, `m` otherwise).
@@ -190,8 +192,9 @@ class AttributeThroughWrapper(Rule):
             if gated and bare:
                 continue
             wrappings = [w for w in wrappings if not wrapping_has(model, w, attribute) and not wraps_optimizer(model, w)]
-            if not wrappings or narrowed_to_wrapper(model, base, node) is not None:
-                continue
+            if not wrappings or (narrowed_to_wrapper(model, base, node) is not None
+                                 and not lacks_tested_attribute(model, base, node, attribute)):
+                continue  # a test of the object decides this branch, unless it found the attribute missing
             wrappings = [w for w in wrappings if not _set_on_wrapper(model, w, attribute, stores)]
             if not wrappings:
                 continue  # `dp.optimize = False` on that very wrapper, read here under another name

@@ -36,9 +36,10 @@ class MissingSetDevice(Rule):
     Flags `init_process_group` with the `nccl` backend (a literal; a name that holds `"nccl"`
     on one path and another literal backend on the others, `"nccl" if use_gpu else "gloo"`,
     since `cuda` placements only run on the GPU path; `args.<name>` whose
-    `add_argument("--<name>", default="nccl")` is in the file; no backend at all, with which
+    `add_argument("--<name>", default="nccl")` is in the file, or in the file whose parser made
+    `args` (`args = get_parser().parse_args()`); no backend at all, with which
     torch uses NCCL for CUDA tensors) when its process places work on the bare `cuda` device
-    (`x.cuda()`, `x.to("cuda")`, `torch.device("cuda")`, a torch call given
+    (`x.cuda()`, `x.cuda(non_blocking=True)`, `x.to("cuda")`, `torch.device("cuda")`, a torch call given
     `device="cuda"`, also through a name that holds `"cuda"`, and through an attribute every
     value of which the file sets to `"cuda"` or `"cpu"`: `args.device = "cuda"` read in
     `Trainer(args)`, a `--device` option defaulting to `"cuda"`; also in another project file
