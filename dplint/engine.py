@@ -25,6 +25,7 @@ from dplint.rule import (
     token_parts,
     tokens_in,
 )
+from dplint.flow import analysed
 from dplint.semantic import SemanticModel
 from dplint.project import owns
 from dplint.reports import PARSE_ERROR_CODE, PARSE_ERROR_NAME
@@ -124,7 +125,7 @@ def _lint_module_guarded(text: str, path: str, module: cst.Module, active: Seque
 def _lint_module(text: str, path: str, module: cst.Module, active: Sequence[Rule], rules: Sequence[Rule],
                  project=None, model: Optional[SemanticModel] = None) -> LintResult:
     if model is None:
-        model = SemanticModel(module, path)
+        model = analysed(module, path)
         model.text = scanned_text(text)  # for the rules' text scans (the same offsets as `text`)
     if project is not None:
         project.register(model, text=text)

@@ -107,6 +107,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+import libcst as cst
+
 from dplint.flow_aliases import MAX_FLAG_DEPTH, AliasesMixin
 from dplint.flow_attributes import AttributesMixin
 from dplint.flow_calls import CallsMixin
@@ -122,9 +124,10 @@ from dplint.flow_paths import (
 )
 from dplint.flow_reaching import ReachingMixin
 from dplint.flow_values import ValuesMixin
+from dplint.semantic import SemanticModel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dplint.semantic import Binding, Scope, SemanticModel
+    from dplint.semantic import Binding, Scope
 
 # The names rules and helpers import from here (`_portable`: tests read it directly).
 __all__ = [
@@ -168,3 +171,10 @@ class Flow(ReachingMixin, AttributesMixin, ConditionsMixin, AliasesMixin, Values
         self._assigned: dict[int, set] = {}  # id(function) -> attributes it assigns
         self._flag_walks: set = set()  # flag tests whose assignments are being looked up
         self._copies: Optional[dict] = None  # `self.n_gpus = args.n_gpus` copies (_instance_copies)  # id(function) -> spelling -> other spellings
+
+
+def analysed(module: cst.Module, path: str = "<string>") -> SemanticModel:
+    """The semantic model of a parsed file with its flow model attached (`model.flow`)."""
+    model = SemanticModel(module, path)
+    model.flow = Flow(model)
+    return model

@@ -250,13 +250,8 @@ class CallsMixin:
             owner_class = self.model.parent(self.model.parent(function)) if _is_method(self.model, function) else None
             if _escapes(self.model, function, function.name.value, owner_class, set()):
                 return None
-        sites = [(self.model, call, bound) for call, bound in self._call_sites.get(function, ())]
-        project = self.model.project
-        if project is not None:
-            try:
-                others = project.callers(self.model, function)
-            except Exception:  # a project that cannot answer: callers unknown
-                others = None
+        sites, others = self._shown_call_sites(function)
+        if self.model.project is not None:
             if others is None:
                 # a base class's constructor, which `Project.callers` does not follow through
                 # the subclasses (`class Trainer(BaseTrainer)` is a use it cannot call): their
@@ -267,6 +262,18 @@ class CallsMixin:
             sites.extend(others)
         return sites or None
 
+    def _shown_call_sites(self, function: cst.FunctionDef) -> tuple[list, Optional[list]]:
+        """(model, call, bound) of this file's calls of a function, and of the other files'
+        (`Project.callers`; None when the project cannot tell them all, [] without a project)."""
+        sites = [(self.model, call, bound) for call, bound in (self._call_sites or {}).get(function, ())]
+        project = self.model.project
+        if project is None:
+            return sites, []
+        try:
+            return sites, project.callers(self.model, function)
+        except Exception:  # a project that cannot answer: callers unknown
+            return sites, None
+
     def known_call_sites(self, function: cst.FunctionDef) -> list[tuple["SemanticModel", cst.Call, bool]]:
         """The calls of a function that the project shows, even where others may be unseen
         (a method whose name is also read as another object's attribute, `self.model.train()`
@@ -275,14 +282,8 @@ class CallsMixin:
         complete = self.all_call_sites(function)
         if complete is not None:
             return complete
-        sites = [(self.model, call, bound) for call, bound in self._call_sites.get(function, ())]
-        project = self.model.project
-        if project is not None:
-            try:
-                sites.extend(project.callers(self.model, function) or ())
-            except Exception:  # a project that cannot answer: no more known
-                pass
-        return sites
+        sites, others = self._shown_call_sites(function)
+        return sites + (others or [])
 
     def _subclass_constructor_calls(self, function: cst.FunctionDef) -> Optional[list]:
         """(model, call, bound) of each `super().__init__(...)` / `Base.__init__(self, ...)`

@@ -133,9 +133,7 @@ class ValuesMixin:
         """The model whose tree holds `binding`: this one, or, for a binding that a walk took
         from a method of another file (`self.resume()` of a project base class), that file's
         model (None when it is no longer loaded). Its values are read in its own file's flow."""
-        from dplint.project import owns
-
-        if binding.node is None or owns(self.model, binding.node) or self.model.project is None:
+        if binding.node is None or self.model.contains(binding.node) or self.model.project is None:
             return self.model
         return self.model.project.model_owning(binding.node)
 

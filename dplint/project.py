@@ -117,9 +117,11 @@ class Project:
         model = self._models.get(path_key)
         if model is None or self._model_texts.get(path_key) != text:
             return None
+        from dplint.flow import Flow
+
         fresh = copy.copy(model)
         fresh.path = path
-        fresh._flow = None
+        fresh.flow = Flow(fresh)
         fresh._wrappings = None
         return fresh
 
@@ -143,7 +145,7 @@ class Project:
         if len(source.raw) > MAX_FILE_BYTES:
             return None
         from dplint.fast_cst import parse_module
-        from dplint.semantic import SemanticModel
+        from dplint.flow import analysed
 
         if refused_by_every_python(source.text) is not None:
             return None  # Python cannot run it (and LibCST may take gigabytes to parse it)
@@ -152,7 +154,7 @@ class Project:
         except Exception:  # a helper file that does not parse only hides what it defines
             return None
         try:
-            model = SemanticModel(module, path)
+            model = analysed(module, path)
         except RecursionError:
             return None
         model.project = self

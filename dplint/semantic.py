@@ -17,7 +17,7 @@ knows, without importing anything and without LibCST's (slow) scope providers:
 the code can't tell what a name holds (a parameter, a tuple unpacked from a call), the model
 answers ``None`` and rules stay silent: a false positive costs a user's trust.
 
-``model.flow`` (``dplint/flow.py``, built on first use) answers with *all* reaching values
+``model.flow`` (``dplint/flow.py``, attached by ``dplint.flow.analysed``) answers with *all* reaching values
 and the branch conditions they hold under, across the functions and classes of the file and,
 through ``model.project``, across files; its module docstring lists that API.
 ``wrapping_bound_to`` and ``static_truth`` already use it.
@@ -167,7 +167,9 @@ class SemanticModel:
         self._node_scope: dict[cst.CSTNode, Scope] = {}  # any recorded node -> its scope
         self._wrappings: Optional[list[Wrapping]] = None
         self._positions = None
-        self._flow = None
+        # The value-flow model of this file (`dplint.flow.Flow`): attached by whoever builds the
+        # model (`dplint.flow.analysed`), as `project` is, so that this floor imports no flow.
+        self.flow = None
         # The cross-file hook: an object with `resolve(qualified_name, importer)` returning
         # (the other file's SemanticModel, its top-level node) or None; set by the project runner.
         self.project = None
@@ -190,15 +192,6 @@ class SemanticModel:
     @text.setter
     def text(self, value: str) -> None:
         self._text = value
-
-    @property
-    def flow(self):
-        """The value-flow model of this file (`dplint.flow.Flow`), built on first use."""
-        if self._flow is None:
-            from dplint.flow import Flow
-
-            self._flow = Flow(self)
-        return self._flow
 
     # ----------------------------------------------------------------- tree navigation
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:

@@ -200,7 +200,3 @@ def to_json(report: Report) -> dict:
         "errors": report.errors,
         "exit_code": report.exit_code,
     }
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -263,10 +263,10 @@ def is_distributed(text: str) -> bool:
     """Whether the script starts a process group or builds a DDP (torchrun must launch it)."""
     import libcst as cst
 
-    from dplint.semantic import SemanticModel
+    from dplint.flow import analysed
 
     try:
-        model = SemanticModel(cst.parse_module(text))
+        model = analysed(cst.parse_module(text))
     except Exception:
         return False
     if any(site.qualified_name in SELF_SPAWNING for site in model.calls):

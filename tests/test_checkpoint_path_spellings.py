@@ -8,11 +8,11 @@ import libcst as cst
 import pytest
 
 from dplint.checkpoints import checkpoint_facts, shapes_may_match
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def facts(code: str):
-    model = SemanticModel(cst.parse_module(code))
+    model = analysed(cst.parse_module(code))
     return model, checkpoint_facts(model)
 
 

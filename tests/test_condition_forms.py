@@ -6,11 +6,11 @@ from __future__ import annotations
 import libcst as cst
 
 from dplint.flow import Condition, consistent, self_consistent
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def branch_tests(source: str) -> tuple:
-    model = SemanticModel(cst.parse_module(source))
+    model = analysed(cst.parse_module(source))
     return model, [node.test for node in model.nodes() if isinstance(node, (cst.If, cst.IfExp))]
 
 
@@ -90,7 +90,7 @@ def test_module_global_flag_and_dict_entry():
 
 
 def test_handler_after_module_read_runs_for_a_bare_model():
-    model = SemanticModel(cst.parse_module(
+    model = analysed(cst.parse_module(
         "try:\n    s = net.module.state_dict()\nexcept AttributeError:\n    s = net.state_dict()\n"
         "try:\n    s = net.module.state_dict()\nexcept KeyError:\n    pass\n"
     ))

@@ -14,10 +14,11 @@ from dplint.engine import lint_source, rules_for
 from dplint.project import Project
 from dplint.registry import selected_codes
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def model_of(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(textwrap.dedent(code)))
+    return analysed(cst.parse_module(textwrap.dedent(code)))
 
 
 def shuffles_of(code: str, name: str):

@@ -11,6 +11,7 @@ from dplint.engine import lint_source, rules_for
 from dplint.registry import selected_codes
 from dplint.semantic import SemanticModel
 from dplint.training import partial_callee
+from dplint.flow import analysed
 
 
 def findings(code: str) -> list:
@@ -22,7 +23,7 @@ def call_named(model: SemanticModel, name: str) -> cst.Call:
 
 
 def test_partial_callee_finds_the_bound_function_and_method():
-    model = SemanticModel(cst.parse_module(textwrap.dedent("""
+    model = analysed(cst.parse_module(textwrap.dedent("""
         import functools
         from functools import partial
 

@@ -12,10 +12,11 @@ from dplint.data import sampler_with_true_shuffle
 from dplint.flow import Condition, consistent
 from dplint.rules.missing_set_epoch import MissingSetEpoch
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def model_of(code: str, path: str = "<string>") -> SemanticModel:
-    return SemanticModel(cst.parse_module(textwrap.dedent(code)), path)
+    return analysed(cst.parse_module(textwrap.dedent(code)), path)
 
 
 def call_named(model: SemanticModel, name: str, nth: int = 0) -> cst.Call:
@@ -393,10 +394,11 @@ def test_loop_iteration_and_backward_in_different_functions():
     assert finding.fix is None
 
 
-def test_the_flow_model_is_built_lazily_and_once():
+def test_the_flow_model_is_attached_once_by_whoever_builds_the_model():
     model = model_of("x = 1\n")
-    assert model._flow is None
+    assert model.flow is not None and model.flow.model is model
     assert model.flow is model.flow
+    assert SemanticModel(cst.parse_module("x = 1\n")).flow is None  # the semantic floor alone has none
 
 
 def test_a_branch_condition_that_looks_up_callers_does_not_lose_later_bindings():

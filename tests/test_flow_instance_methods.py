@@ -9,10 +9,11 @@ import libcst as cst
 
 from dplint.flow import Condition, _portable, consistent, self_consistent
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def model_of(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(textwrap.dedent(code)), "<string>")
+    return analysed(cst.parse_module(textwrap.dedent(code)), "<string>")
 
 
 def attribute_read(model: SemanticModel, text: str, nth: int = 0) -> cst.Attribute:

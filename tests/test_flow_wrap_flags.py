@@ -9,10 +9,11 @@ import libcst as cst
 
 from dplint.flow import self_consistent
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def model_of(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(textwrap.dedent(code)), "<string>")
+    return analysed(cst.parse_module(textwrap.dedent(code)), "<string>")
 
 
 def branch_tests(model: SemanticModel, text: str) -> list[cst.BaseExpression]:

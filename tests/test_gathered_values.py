@@ -10,12 +10,13 @@ from dplint.gathered_values import (
     BATCH, Unpacked, gathered_results, gathering_constructions, has_explicit_gradient, loss_reduction,
 )
 from dplint.semantic import SemanticModel, method_call
+from dplint.flow import analysed
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 
 
 def model_of(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(HEAD + code))
+    return analysed(cst.parse_module(HEAD + code))
 
 
 def backward_root(model: SemanticModel) -> tuple[cst.BaseExpression, cst.Call]:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from dplint.semantic import SemanticModel
 from dplint.wrappers import indexed_values
+from dplint.flow import analysed
 
 
 def held(code: str) -> list[str] | None:
     """The code of what the last line's `pick = seq[k]` subscript holds."""
     module = cst.parse_module(code)
-    model = SemanticModel(module, "x.py")
+    model = analysed(module, "x.py")
     subscript = module.body[-1].body[0].value
     assert isinstance(subscript, cst.Subscript)
     values = indexed_values(model, subscript)

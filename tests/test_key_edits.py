@@ -9,7 +9,7 @@ import pytest
 from conftest import lint
 from dplint import key_edits
 from dplint.key_edits import FIRST, LSTRIP, REPLACE, SLICE, SPLIT, key_loop, prefix_edits
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 HEAD = "import torch\nsd = torch.load('m.pt')\n"
 
@@ -19,7 +19,7 @@ def strips(code: str) -> list[tuple[int, str]]:
 
 
 def edits(code: str) -> list[tuple[str, str, str]]:
-    model = SemanticModel(cst.parse_module(HEAD + code))
+    model = analysed(cst.parse_module(HEAD + code))
     return [(model.code(edit.node), edit.key, edit.kind) for edit in prefix_edits(model)]
 
 
@@ -42,7 +42,7 @@ def test_the_edits_that_cut_the_wrapper_prefix_or_the_first_component():
 
 
 def test_a_key_loop_and_the_prefixes_it_tests():
-    model = SemanticModel(cst.parse_module(HEAD + "x = {(k[7:] if k[:7] == 'module.' else k): v for k, v in sd.items()}\n"))
+    model = analysed(cst.parse_module(HEAD + "x = {(k[7:] if k[:7] == 'module.' else k): v for k, v in sd.items()}\n"))
     (edit,) = prefix_edits(model)
     loop = key_loop(model, edit.node, edit.key)
     assert model.code(loop.source) == "sd"

@@ -8,11 +8,11 @@ import pytest
 
 from dplint import load_facts
 from dplint.checkpoints import checkpoint_facts
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def last_load(code: str):
-    model = SemanticModel(cst.parse_module("import torch\n" + code))
+    model = analysed(cst.parse_module("import torch\n" + code))
     return model, checkpoint_facts(model).loads[-1]
 
 
@@ -107,12 +107,12 @@ def test_pretrained_initialisation(code, factory):
     ("import numpy\n", False),
 ])
 def test_other_framework_only(imports, other):
-    model = SemanticModel(cst.parse_module(imports + "net.load_state_dict(sd, strict=False)\n"))
+    model = analysed(cst.parse_module(imports + "net.load_state_dict(sd, strict=False)\n"))
     assert load_facts.other_framework_only(model) is other
 
 
 def test_strict_parameters_follow_helpers():
-    model = SemanticModel(cst.parse_module(
+    model = analysed(cst.parse_module(
         "import torch\n"
         "def inner(net, sd, strict=True):\n    net.load_state_dict(sd, strict=strict)\n"
         "def outer(net, path, exact=True):\n    inner(net, torch.load(path), strict=exact)\n"

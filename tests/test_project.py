@@ -23,6 +23,7 @@ from dplint.project import Project
 from dplint.reports import FileReport
 from dplint.runner import run
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 PROJECTS = sorted(p for p in FIXTURES.glob("*/project_*") if (p / "expected.txt").exists())
 
@@ -35,7 +36,7 @@ def write(root: Path, files: dict[str, str]) -> None:
 
 
 def model_of(path: Path, project: Project) -> SemanticModel:
-    model = SemanticModel(cst.parse_module(path.read_text()), str(path))
+    model = analysed(cst.parse_module(path.read_text()), str(path))
     project.register(model)
     return model
 
@@ -271,7 +272,7 @@ def test_a_cached_result_is_dropped_when_a_dependency_changes(tmp_path):
     train.write_text("x = 1\n")
     project = Project((str(tmp_path),))
     model_of(train, project)
-    project.resolve("helpers.f", SemanticModel(cst.parse_module("from helpers import f\n"), str(train)))
+    project.resolve("helpers.f", analysed(cst.parse_module("from helpers import f\n"), str(train)))
     settings = Settings(root=str(tmp_path))
     cache = Cache(str(tmp_path / "cache"), settings)
     cache.put(str(train), "hash", "rules", FileReport(str(train), dependencies=project.dependencies(str(train))))

@@ -19,7 +19,7 @@ from conftest import FIXTURES
 from dplint.config import Settings
 from dplint.project import Project
 from dplint.runner import run
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 PROJECT = FIXTURES / "collective-under-rank-guard" / "project_base_method_rebinds_attribute"
 PROJECTS = sorted(p for p in FIXTURES.glob("*/project_*") if (p / "expected.txt").exists())
@@ -34,7 +34,7 @@ def test_a_base_method_binding_reached_from_a_subclass_is_no_internal_error():
 def test_its_value_is_followed_from_the_base_file():
     project = Project((str(PROJECT),))
     path = PROJECT / "trainer.py"
-    model = SemanticModel(cst.parse_module(path.read_text()), str(path))
+    model = analysed(cst.parse_module(path.read_text()), str(path))
     project.register(model)
     read = next(site.node.func.value for site in model.calls
                 if isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value == "train")

@@ -16,6 +16,7 @@ import libcst as cst
 
 from dplint.project import Project
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -26,7 +27,7 @@ def write(root: Path, files: dict[str, str]) -> None:
 
 
 def model_of(path: Path, project: Project) -> SemanticModel:
-    model = SemanticModel(cst.parse_module(path.read_text()), str(path))
+    model = analysed(cst.parse_module(path.read_text()), str(path))
     project.register(model)
     return model
 

@@ -11,10 +11,11 @@ import libcst as cst
 from conftest import lint
 from dplint.distributed import called_functions, returns_value_on_some_ranks
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def model_of(code: str) -> SemanticModel:
-    model = SemanticModel(cst.parse_module(code), "example.py")
+    model = analysed(cst.parse_module(code), "example.py")
     model.text = code
     return model
 

@@ -268,6 +268,11 @@ def test_set_device_variant_says_whether_the_file_uses_the_bare_cuda_device():
     assert mutants({"train.py": TRAIN})["drop-set-device"][0].variant == "bare-cuda"
     indexed = TRAIN.replace("model.cuda()", "model.cuda(rank)")
     assert mutants({"train.py": indexed})["drop-set-device"][0].variant == "indexed-cuda"
+    # `.cuda(non_blocking=True)` names no device: the current one
+    batches = indexed.replace("loss = model(x)", "loss = model(x.cuda(non_blocking=True))")
+    assert mutants({"train.py": batches})["drop-set-device"][0].variant == "bare-cuda"
+    named = indexed.replace("loss = model(x)", "loss = model(x.cuda(rank, non_blocking=True))")
+    assert mutants({"train.py": named})["drop-set-device"][0].variant == "indexed-cuda"
 
 
 ONE_PROCESS_BRANCHES = textwrap.dedent("""\

@@ -13,6 +13,7 @@ import pytest
 from conftest import fix, lint
 from dplint.checkpoints import bare_model_class, checkpoint_facts, literal_path
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 CHECKPOINT_RULES = ["DPL004", "DPL005", "DPL006", "DPL013"]
 
@@ -622,7 +623,7 @@ def test_path_shapes_for_matching_across_files():
         "e = 'last.pt'\n"
         "f = os.path.join(args.dir, name)\n"
     )
-    model = SemanticModel(cst.parse_module(code))
+    model = analysed(cst.parse_module(code))
     assigns = [s.body[0] for s in model.module.body[1:]]
     assert [path_shape(model, a.value, a) for a in assigns] == ["*/last.pt", "*/last.pt", "*/last.pt", None, None, None]
 
@@ -833,7 +834,7 @@ def test_fixing_all_rules_converges_and_is_idempotent():
 
 # ------------------------------------------------------------ shared analysis
 def model_of(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(code))
+    return analysed(cst.parse_module(code))
 
 
 @pytest.mark.parametrize(

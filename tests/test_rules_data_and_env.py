@@ -10,7 +10,7 @@ from conftest import FIXTURES, fix, lint
 from dplint.cuda import IMPORT, INIT, MAY_INIT, CudaTimeline
 from dplint.engine import lint_source, rules_for
 from dplint.registry import selected_codes
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 SET_EPOCH = frozenset({"DPL008"})
 VISIBLE = frozenset({"DPL009"})
@@ -489,7 +489,7 @@ def test_timeline_records_each_run_order():
         "torch.cuda.init()\n"
         "f()\n"
     )
-    timeline = CudaTimeline(SemanticModel(module))
+    timeline = CudaTimeline(analysed(module))
     statement = module.body[1].body.body[0]
     assert [[event.kind for event in state] for state in timeline.states(statement)] == [
         [IMPORT],  # the body on its own, from its `def`

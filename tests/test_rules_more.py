@@ -14,6 +14,7 @@ import pytest
 from conftest import fix, lint
 from dplint.distributed import every_rank_reaches, is_multi_process, is_rank_guarded, mentions_rank
 from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 
 def found(code: str, rule: str) -> list[tuple[int, int]]:
@@ -465,7 +466,7 @@ class TestScalarGather:
 
 # ------------------------------------------------------------ dplint/distributed.py
 def model_of(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(code))
+    return analysed(cst.parse_module(code))
 
 
 def save_calls(model: SemanticModel) -> list[cst.Call]:

@@ -16,8 +16,8 @@ import pytest
 
 from conftest import fix, lint
 from dplint.rule import Severity
-from dplint.semantic import SemanticModel
 from dplint.training import backprops, feeds_backward
+from dplint.flow import analysed
 
 
 def found(code: str, rule: str) -> list[tuple[int, int]]:
@@ -315,7 +315,7 @@ def test_backprops_and_what_feeds_them():
         "loss += aux.mean()\n"
         "accelerator.backward(loss)\n"
     )
-    model = SemanticModel(module)
+    model = analysed(module)
     (backprop,) = backprops(model)
     assert [model.code(root) for root in backprop.roots] == ["loss"]
     calls = {model.code(site.node): site.node for site in model.calls}

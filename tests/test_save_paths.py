@@ -11,7 +11,7 @@ import pytest
 from conftest import lint
 
 from dplint.save_paths import differs_per_process
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 SPAWNED = """\
 import os
@@ -60,7 +60,7 @@ def test_a_path_built_from_a_per_process_value_is_not_flagged(body):
 
 
 def _differs(code: str) -> bool:
-    model = SemanticModel(cst.parse_module(textwrap.dedent(code)))
+    model = analysed(cst.parse_module(textwrap.dedent(code)))
     return differs_per_process(model, model.module.body[-1].body[0].value)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from dplint.semantic import SemanticModel, method_call
+from dplint.flow import analysed
 
 
 def model_of(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(code))
+    return analysed(cst.parse_module(code))
 
 
 def method_calls(model: SemanticModel, method: str):
@@ -162,6 +163,6 @@ def test_positions_equal_libcst_position_provider_on_every_fixture_node():
         except cst.ParserSyntaxError:
             continue  # a pre-3.7 script kept for the parse fallback (`x.cuda(async=True)`)
         expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-        model = SemanticModel(module)
+        model = analysed(module)
         for node, code_range in expected.items():
             assert model.position(node) == (code_range.start, code_range.end), (script.name, type(node).__name__)

@@ -2,7 +2,8 @@
 
 import libcst as cst
 
-from dplint.semantic import TOKEN_NODES, SemanticModel, walk
+from dplint.semantic import TOKEN_NODES, walk
+from dplint.flow import analysed
 
 SOURCE = '''
 from __future__ import annotations
@@ -103,7 +104,7 @@ def test_walk_runs_typed_visitor_methods():
 
 def test_model_tables_follow_source_order():
     module = cst.parse_module(SOURCE)
-    model = SemanticModel(module)
+    model = analysed(module)
     order = Recorder()
     module.visit(order)
     visited = [node for event, node in order.seen if event == "visit" and node is not module and type(node) not in TOKEN_NODES]

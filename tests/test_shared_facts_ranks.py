@@ -11,7 +11,7 @@ import pytest
 
 from conftest import lint
 from dplint.distributed import mentions_rank
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 SPAWNED = """\
 import os
@@ -89,7 +89,7 @@ def test_a_path_built_from_a_rank_is_per_rank(path):
 
 
 def _mentions(code: str) -> bool:
-    model = SemanticModel(cst.parse_module(textwrap.dedent(code)))
+    model = analysed(cst.parse_module(textwrap.dedent(code)))
     return mentions_rank(model, model.module.body[-1].body[0].value)
 
 

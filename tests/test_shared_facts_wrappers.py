@@ -17,6 +17,7 @@ from dplint.project import Project
 from dplint.registry import all_rules
 from dplint.semantic import SemanticModel
 from dplint.wrappers import wrapper_kind, wrapping_built_by
+from dplint.flow import analysed
 
 # The same classes under other names: a project subclass two levels below torch's, or a
 # package's wrapper. The header has the same length for every variant, so lines compare.
@@ -62,7 +63,7 @@ def test_every_rule_finds_the_same_with_any_wrapper_class(header, code, kind, ex
 
 
 def _model(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(textwrap.dedent(code)))
+    return analysed(cst.parse_module(textwrap.dedent(code)))
 
 
 def _kinds(code: str) -> dict[str, object]:
@@ -121,7 +122,7 @@ def test_a_subclass_two_files_away_is_a_wrapper(tmp_path):
     train.write_text("from parallel.fast import FastDDP\nfrom parallel.plain import Plain\n"
                      "model = FastDDP(net)\nother = Plain()\n")
     project = Project((str(tmp_path),))
-    model = SemanticModel(cst.parse_module(train.read_text()), str(train))
+    model = analysed(cst.parse_module(train.read_text()), str(train))
     project.register(model)
     calls = {model.code(site.node.func): site.node for site in model.calls}
     assert wrapper_kind(model, calls["FastDDP"].func) == "DDP"

@@ -22,6 +22,7 @@ from dplint.config import Settings
 from dplint.engine import lint_source, rules_for
 from dplint.registry import all_rules, selected_codes
 from dplint.rule import finding_to_dict
+from dplint.flow import analysed
 
 SCRIPTS = sorted(FIXTURES.rglob("*.py"))
 EXAMPLES = [
@@ -355,13 +356,13 @@ def test_warm_run_reads_notebooks_from_the_cache(tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS[::7], ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_semantic_children_are_libcst_children(script: Path):
-    from dplint.semantic import TOKEN_NODES, SemanticModel
+    from dplint.semantic import TOKEN_NODES
 
     try:
         module = libcst.parse_module(script.read_text())
     except libcst.ParserSyntaxError:
         pytest.skip("not parsable by LibCST")
-    model = SemanticModel(module, str(script))
+    model = analysed(module, str(script))
     for node in [module, *model.nodes()]:
         expected = [child for child in node.children if type(child) not in TOKEN_NODES]
         assert len(model.children(node)) == len(expected)

@@ -11,7 +11,7 @@ import libcst as cst
 
 from dplint import checkpoints
 from dplint.project import Project
-from dplint.semantic import SemanticModel
+from dplint.flow import analysed
 
 HELPERS = """\
 import torch
@@ -39,7 +39,7 @@ def write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_calls_by_enclosing_def_are_the_file_calls_each_def_holds():
-    model = SemanticModel(cst.parse_module(HELPERS), "helpers.py")
+    model = analysed(cst.parse_module(HELPERS), "helpers.py")
     defs = {checkpoints.enclosing_def(model, site.node) for site in model.calls}
     assert len(defs) >= 4  # module level (None), two functions, a lambda
     for function in defs:
@@ -49,7 +49,7 @@ def test_calls_by_enclosing_def_are_the_file_calls_each_def_holds():
 
 
 def test_the_state_dict_pre_test_of_an_argument_is_the_uncached_answer():
-    model = SemanticModel(cst.parse_module(HELPERS), "helpers.py")
+    model = analysed(cst.parse_module(HELPERS), "helpers.py")
     answers = []
     for site in model.calls:
         for arg in site.node.args:
@@ -68,8 +68,8 @@ def test_mentions_is_memoised_per_importer_folder_with_the_same_answers(tmp_path
         "b/train.py": "from helpers import wrap\n",
     })
     project = Project((str(tmp_path),))
-    a = SemanticModel(cst.parse_module("from helpers import wrap, plain\n"), str(tmp_path / "a" / "train.py"))
-    b = SemanticModel(cst.parse_module("from helpers import wrap\n"), str(tmp_path / "b" / "train.py"))
+    a = analysed(cst.parse_module("from helpers import wrap, plain\n"), str(tmp_path / "a" / "train.py"))
+    b = analysed(cst.parse_module("from helpers import wrap\n"), str(tmp_path / "b" / "train.py"))
     words = ("DataParallel",)
     for _ in range(2):  # the second round is answered from the memo
         assert project.mentions("helpers.wrap", a, words) is True

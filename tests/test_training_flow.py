@@ -13,6 +13,7 @@ import libcst as cst
 from conftest import fix, lint
 from dplint.semantic import SemanticModel
 from dplint.training import exclusive_paths, feeds_backward, held_wrapper, implicit_roots
+from dplint.flow import analysed
 
 
 def found(code: str, rule: str) -> list[tuple[int, int]]:
@@ -520,7 +521,7 @@ def test_scalar_gather_through_an_attribute_and_a_helper():
 
 # -------------------------------------------------------------- dplint/training.py
 def _model(code: str) -> SemanticModel:
-    return SemanticModel(cst.parse_module(code))
+    return analysed(cst.parse_module(code))
 
 
 def _call(model: SemanticModel, text: str):

@@ -41,14 +41,14 @@ def migrate_source(text: str, path: str = "<string>", options: Optional[Options]
     from dplint.migration.analysis import already_distributed, plan
     from dplint.migration.rewrite import NameTaken, rewrite
     from dplint.registry import selected_codes
-    from dplint.semantic import SemanticModel
+    from dplint.flow import analysed
 
     options = options or Options()
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
         return MigrationResult(text, [(error.raw_line, f"the script does not parse: {error.message}")])
-    model = SemanticModel(module, path)
+    model = analysed(module, path)
     done = already_distributed(model)
     if done is not None:
         return MigrationResult(text, already_distributed=done)

@@ -56,7 +56,7 @@ SITE_SLACK = 5  # lines around a site where an existing finding means "already f
 # A test that names the process's rank (the mutator's own notion; dplint's is not used here).
 RANK_WORDS = re.compile(r"rank|main_process|is_main|is_master|master_process|is_primary|"
                         r"local_process_index|process_index", re.IGNORECASE)
-BARE_CUDA = re.compile(r"\.cuda\(\)|[\"']cuda[\"']")
+BARE_CUDA = re.compile(r"\.cuda\((?:\)|non_blocking)|[\"']cuda[\"']")
 WRAPPER_CALL = re.compile(r"(^|\.)(DistributedDataParallel|DataParallel|DDP|DP)$")
 # torch.nn.Module's own attributes: the wrapper has them too, so `m.module.x` -> `m.x` is no bug.
 MODULE_API = frozenset("""
@@ -478,7 +478,7 @@ def _set_device_variant(ctx: Context, stmt: cst.CSTNode) -> str:
 
 
 class BareCuda(cst.CSTVisitor):
-    """Placements on the bare `cuda` device: `.cuda()`, a `"cuda"` string. Not a parameter's
+    """Placements on the bare `cuda` device: `.cuda()` (also with only `non_blocking=`), a `"cuda"` string. Not a parameter's
     default (a caller may replace it) nor `torch.device("cuda", i)` (an index)."""
 
     def __init__(self):
@@ -490,7 +490,9 @@ class BareCuda(cst.CSTVisitor):
             self.skipped.add(id(param.default))
 
     def visit_Call(self, call):
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda" and not call.args:
+        # `.cuda()`, `.cuda(non_blocking=True)`: no device given, the current one
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda" and not any(
+                arg.keyword is None or arg.keyword.value == "device" for arg in call.args):
             self.found.append(call)
         if (call_name(call) or "").endswith("device") and len(call.args) > 1:
             self.skipped.add(id(call.args[0].value))
