@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +18,13 @@ MISUSE = (
     "loader = DataLoader(dataset, batch_size=8, shuffle=True, sampler=sampler)\n"
 )
 MISUSE_FIXED = MISUSE.replace("shuffle=True, ", "")
+
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """A child's SIGINT as a terminal delivers it (`preexec_fn`): pytest run in the background
+    of a script (`cmd &` without job control) passes SIGINT on ignored, and dplint rightly keeps
+    an ignored SIGINT ignored, so a Ctrl-C test would wait for nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def lint(code: str, path: str = "example.py", select=None):

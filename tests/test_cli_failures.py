@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import AS_ROOT, MISUSE
+from conftest import AS_ROOT, MISUSE, ctrl_c_as_in_a_terminal
 
 # A driver standing in for the `dplint` command, with one of dplint's functions replaced:
 # `python DRIVER <how> <dplint arguments>`.
@@ -130,6 +130,7 @@ def test_ctrl_c_exits_130_quietly(tmp_path, driver, command, jobs):
     process = subprocess.Popen(
         [sys.executable, driver, "sleep", command, "-n", "-j", jobs, "."],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     try:
         assert process.stdout.read(len(b"linting")) == b"linting"  # a file is being linted now

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import MISUSE
+from conftest import MISUSE, ctrl_c_as_in_a_terminal
 
 # DPL007 (sampler-shuffle) on line 4, behind a comment of the user's own.
 COMMENTED = MISUSE.replace("sampler=sampler)\n", "sampler=sampler)  # the old loader\n")
@@ -154,6 +154,7 @@ def test_watch_checks_again_on_a_change_and_ctrl_c_exits_130(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "dplint", "check", "-n", "--select", "DPL007", "--watch", "."],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     try:
         first = _read_until(process, b"Watching for file changes.")
