@@ -692,18 +692,9 @@ def bare_cuda_placements(model: SemanticModel) -> list[cst.Call]:
         method = call.func.attr.value
         if method == "cuda" and argument(call, 0, "device") is None and not any(arg.star for arg in call.args):
             found.append(call)  # `.cuda()`, `.cuda(non_blocking=True)`: the current device
-        elif method == "to" and _holds_bare_cuda_to(model, call):
-            found.append(call)
+        elif method == "to" and (device := argument(call, 0, "device")) is not None and _holds_bare_cuda(model, device, call):
+            found.append(call)  # `x.to("cuda")`, `x.to(device, non_blocking=True)`, `x.to(device="cuda")`
     return found
-
-
-def _holds_bare_cuda_to(model: SemanticModel, call: cst.Call) -> bool:
-    """`x.to("cuda")`, `x.to(device, non_blocking=True)`, `x.to(device="cuda")` with a bare `cuda`
-    device."""
-    device = argument(call, None, "device")
-    if device is None and call.args and call.args[0].keyword is None and not call.args[0].star:
-        device = call.args[0].value
-    return device is not None and _holds_bare_cuda(model, device, call)
 
 
 def _holds_bare_cuda(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:

@@ -7,7 +7,7 @@ tuple unpacking, and imported names (``resolve_import``); its truthiness on a pa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import libcst as cst
 
@@ -181,15 +181,8 @@ class ValuesMixin:
                 truth = self._truth_in_call(ancestor.test, context)
                 if truth is not None and truth != (child is ancestor.body):
                     return True
-            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
-                for earlier in ancestor.body:
-                    if earlier is child:
-                        break
-                    if isinstance(earlier, cst.If) and earlier.orelse is None and _ends_in_exit(earlier.body, self.model) \
-                            and self._truth_in_call(earlier.test, context) is True:
-                        return True
             child = ancestor
-        return False
+        return any(self._truth_in_call(exit_.test, context) is True for exit_ in _earlier_exits(self.model, node, function))
 
     def _truth_in_call(self, test: cst.BaseExpression, context: tuple) -> Optional[bool]:
         """The truth of `x`, `not x`, `len(x) > 1`, `x >= 2` (`x` a name) when every value the
@@ -317,20 +310,8 @@ class ValuesMixin:
         """The tests that failed for `statement` to run after an earlier `if <test>: return ...`
         (no `else`) of its function: `if self.kind == "light": return Light()` ... `return
         DataParallel(heavy)` returns the wrapper only where `self.kind == "light"` failed."""
-        found = []
-        child = statement
-        for ancestor in self.model.ancestors(statement):
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                break
-            if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
-                for earlier in ancestor.body:
-                    if earlier is child:
-                        break
-                    if isinstance(earlier, cst.If) and earlier.orelse is None and _ends_in_exit(earlier.body, self.model) \
-                            and _static(self.model, earlier.test) is None:
-                        found.append(self.condition(earlier.test).negated())
-            child = ancestor
-        return tuple(found)
+        return tuple(self.condition(exit_.test).negated() for exit_ in _earlier_exits(self.model, statement)
+                     if _static(self.model, exit_.test) is None)
 
     def _parameter_values(self, binding: "Binding", path: Path, context: tuple, depth: int) -> list[Value]:
         param = binding.node
@@ -607,6 +588,22 @@ def _first_argument_to(model: "SemanticModel", expr, functions: tuple[str, ...])
     if not isinstance(expr, cst.Call) or not expr.args or expr.args[0].keyword is not None or expr.args[0].star:
         return None
     return expr.args[0].value if model.qualified_name(expr.func) in functions else None
+
+
+def _earlier_exits(model: "SemanticModel", node: cst.CSTNode, until: Optional[cst.CSTNode] = None) -> Iterator[cst.If]:
+    """Each `if <test>: return ...` (or `raise`, no `else`) that runs before `node` in the
+    blocks around it, up to `until` (by default its own def, lambda or class)."""
+    child = node
+    for ancestor in model.ancestors(node):
+        if ancestor is until or until is None and isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return
+        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)):
+            for earlier in ancestor.body:
+                if earlier is child:
+                    break
+                if isinstance(earlier, cst.If) and earlier.orelse is None and _ends_in_exit(earlier.body, model):
+                    yield earlier
+        child = ancestor
 
 
 def _ends_in_exit(body: cst.BaseSuite, model: "SemanticModel") -> bool:

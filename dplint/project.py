@@ -1004,6 +1004,8 @@ class _ScannedText:
         self._blocks: Optional[list[tuple[str, Optional[str]]]] = None
         self._naming_imports: dict[str, str] = {}
         self._imports_used_by: dict[Optional[str], list[str]] = {}
+        self._piece_words: dict[Optional[str], set[str]] = {}
+        self._definitions_named: dict[str, list[str]] = {}
         self._code: Optional[tuple[list, str]] = None
         self._assignment_index: dict[str, _Assignments] = {}  # block -> its assignment lines
 
@@ -1027,10 +1029,18 @@ class _ScannedText:
 
     def definitions_named_by(self, name: str, piece: str) -> list[str]:
         """The file's other top-level `def`s and `class`es that `piece`, the definition of
-        `name`, names."""
-        words = set(_WORD.findall(piece))
-        return [other for other in sorted(self.top_level_names() & words)
-                if other != name and _DEFINITION_HEADER.match(self.definition(other) or "")]
+        `name`, names (the same piece each time one is asked, as in `import_lines_used_by`)."""
+        if name not in self._definitions_named:
+            words = self._words_of(name, piece)
+            self._definitions_named[name] = [other for other in sorted(self.top_level_names() & words)
+                                             if other != name and _DEFINITION_HEADER.match(self.definition(other) or "")]
+        return self._definitions_named[name]
+
+    def _words_of(self, name: Optional[str], piece: str) -> set[str]:
+        """The words of the file's part for `name`, found once."""
+        if name not in self._piece_words:
+            self._piece_words[name] = set(_WORD.findall(piece))
+        return self._piece_words[name]
 
     def top_level_names(self) -> set[str]:
         """The names of the file's top-level definitions and assignments."""
@@ -1120,7 +1130,7 @@ class _ScannedText:
         """`import_lines_using` the words of `piece`, the file's part for `name` (the same
         piece each time one is asked: its definition, its re-export or, for None, the file)."""
         if name not in self._imports_used_by:
-            self._imports_used_by[name] = self.import_lines_using(set(_WORD.findall(piece)))
+            self._imports_used_by[name] = self.import_lines_using(self._words_of(name, piece))
         return self._imports_used_by[name]
 
     def import_lines_using(self, used: set[str]) -> list[str]:
