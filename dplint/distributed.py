@@ -706,10 +706,22 @@ def guard_tests(model: SemanticModel, node: cst.CSTNode) -> list[tuple[cst.BaseE
                     break
                 if isinstance(sibling, cst.If):
                     if ends_in_exit(model, sibling.body):
-                        found.append((sibling.test, False))
+                        found.extend(_passed_exiting_arms(model, sibling))
                     elif isinstance(sibling.orelse, cst.Else) and ends_in_exit(model, sibling.orelse.body):
                         found.append((sibling.test, True))
         child = ancestor
+    return found
+
+
+def _passed_exiting_arms(model: SemanticModel, chain: cst.If) -> list[tuple[cst.BaseExpression, bool]]:
+    """After `if a: return` / `elif b: ...; return` / `elif c: x = 1`, code below was reached
+    with `a` and `b` false: every test of the leading arms that all exit (not `c`, whose arm
+    falls through)."""
+    found = []
+    arm: Optional[cst.BaseSuite] = chain
+    while isinstance(arm, cst.If) and ends_in_exit(model, arm.body):
+        found.append((arm.test, False))
+        arm = arm.orelse
     return found
 
 

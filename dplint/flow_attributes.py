@@ -284,6 +284,60 @@ class AttributesMixin:
                 where = (self.model.scope(node), node.value.value, node.attr.value)
                 self._attribute_reads.setdefault(where, []).append(node)
 
+    def stored_attribute_values(self, expr: cst.Attribute, at: cst.CSTNode, path: Path, context: tuple,
+                                depth: int) -> Optional[list[Value]]:
+        """What `name.attribute` holds where its own scope stored it before the read
+        (`args.dist_backend = "nccl"` then `init_process_group(backend=args.dist_backend)`):
+        the stored values on the paths a store reaches, the read as it stands on the others.
+        Binding `name` again, or handing it to a call (which may set the attribute), ends what
+        a store said. None when no store reaches the read (the read stands for itself)."""
+        if not isinstance(expr.value, cst.Name):
+            return None
+        model = self.model
+        scope = model.scope(at)
+        name, attribute = expr.value.value, expr.attr.value
+        if not self.attribute_stores(scope, name, attribute):
+            return None
+        key = f"@{name}.{attribute}"  # no name or `self.x` key has this form
+        if key not in model.bindings:
+            model.bindings[key] = self._attribute_bindings(scope, name, attribute, key)
+        entry = model.bindings[key][0]  # what the read stands for where no store reaches
+        entries = self._reaching_in(scope, key, at, scope.node, [(entry, ())], tag="attribute stores")
+        if all(binding.value is None for binding, _ in entries):
+            return None
+        values: list[Value] = []
+        for binding, conditions in entries:
+            joined = _join(path, conditions)
+            if binding.value is None:
+                values.append(Value(model, expr, joined))
+            else:
+                values.extend(self.values_at(binding.value, binding.node, joined, context, depth - 1))
+        return values
+
+    def _attribute_bindings(self, scope: "Scope", name: str, attribute: str, key: str) -> list["Binding"]:
+        """Stand-in bindings of `key` for `stored_attribute_values`' walk: first the scope's
+        entry, then in order the statements that end what a store said (a binding of
+        `name`, a call given `name`) and the stores themselves, each a Binding whose value
+        is the stored expression (None: the read stands for itself from there on)."""
+        from dplint.semantic import Binding
+
+        model = self.model
+        order = model._order
+        # the entry is no statement of the scope (no scope: the walk does not index it)
+        found = [(-1, 0, Binding(key, None, scope.node, None, -1))]
+        for binding in model.bindings.get(name, ()):
+            if binding.scope is scope:
+                found.append((binding.order, 0, Binding(key, None, binding.node, scope, binding.order)))
+        for site in model.calls:
+            if site.scope is scope and any(
+                    isinstance(arg.value, cst.Name) and arg.value.value == name for arg in site.node.args):
+                statement = model.statement_of(site.node)
+                found.append((order.get(statement, 0), 0, Binding(key, None, statement, scope, order.get(statement, 0))))
+        for store in self.attribute_stores(scope, name, attribute):
+            found.append((order.get(store, 0), 1, Binding(key, store.value, store, scope, order.get(store, 0))))
+        found.sort(key=lambda item: item[:2])
+        return [binding for *_, binding in found]
+
     def _stored_on_instance(self, owner: "Scope", name: str) -> Optional[tuple]:
         """(class, attribute) when method `owner` stores its local `name` as `self.attribute`."""
         if owner.kind != "function" or owner.class_scope is None:

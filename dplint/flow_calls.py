@@ -40,6 +40,10 @@ class CallsMixin:
                 aliased = self._aliased_callees(name, call, local)
                 if aliased:
                     return aliased[0] if len(aliased) == 1 else None  # several: `callees` lists them
+                if name in model.bindings:
+                    instance = self._called_instance(call, local)
+                    if instance is not None:
+                        return instance
                 return None if local else self._star_imported_callee(name)
             return self._named_callee(name, call, local)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
@@ -48,7 +52,7 @@ class CallsMixin:
                 found = self._method_of_class(model, scope.class_scope.node, func.attr.value, local)
                 if found is not None and not _is_static(found[1]):
                     return Callee(found[0], found[1], True)
-                return None
+                return self._called_instance(call, local)  # `self.loss_scaler(loss, opt)`
         if isinstance(func, cst.Attribute) and not local and model.project is not None:
             # `data_utils.build_loader(...)` after `from . import data_utils` / `import data_utils`.
             from dplint.semantic import dotted_name
@@ -78,6 +82,28 @@ class CallsMixin:
                     if found is not None and not _is_static(found[1]):
                         return Callee(found[0], found[1], True)
         return None
+
+    def _called_instance(self, call: cst.Call, local: bool) -> Optional[Callee]:
+        """`loss_scaler(loss, optimizer)` where the name (or `self.x`) holds, on every path,
+        an instance of a project class that defines `__call__` (itself or a project base
+        class; `local`: a class of this file made in this file): calling the instance runs
+        that method. Modules called for their `forward` are not meant here: torch's
+        `Module.__call__` is not the project's."""
+        classes = []
+        for value in self.values_at(call.func, call):
+            if not isinstance(value.expr, cst.Call) or local and value.model is not self.model:
+                return None
+            made = value.model.flow.callee(value.expr, local=local)
+            if made is None or not isinstance(made.node, cst.ClassDef):
+                return None
+            if not any(made.node is other.node for other in classes):
+                classes.append(made)
+        if len(classes) != 1:
+            return None
+        found = self._method_of_class(classes[0].model, classes[0].node, "__call__", local)
+        if found is None or _is_static(found[1]):
+            return None
+        return Callee(found[0], found[1], True)
 
     def _named_callee(self, name: str, at: cst.CSTNode, local: bool) -> Optional[Callee]:
         """The function or class of this file (or, unless `local`, imported from the project)

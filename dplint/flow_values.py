@@ -71,6 +71,10 @@ class ValuesMixin:
                 held = self._entry_values(expr, at, path, _context, _depth)
                 if held:
                     return held
+            if isinstance(expr, cst.Attribute):
+                stored = self.stored_attribute_values(expr, at, path, _context, _depth)
+                if stored is not None:
+                    return stored
             return [Value(model, expr, path)]
         entries = self._reaching(key, at)
         if not entries:

@@ -413,28 +413,35 @@ class Project:
             self._importers[root] = index
         return self._importers[root]
 
-    def mentions(self, qualified_name: str, importer: SemanticModel, words: tuple[str, ...], budget: int = 4) -> bool:
+    def mentions(self, qualified_name: str, importer: SemanticModel, words: tuple[str, ...], budget: int = 4,
+                 through_own_file: bool = False) -> bool:
         """Whether the source of the project definition an imported name denotes holds one of
         `words`, read as text without parsing: a rule looking for wrappers need not parse a
         module whose function never names one. Re-exports (`from .x import name` in a package's
-        `__init__`) are followed; where the text cannot tell, the answer is True.
+        `__init__`) are followed; where the text cannot tell, the answer is True. With
+        `through_own_file`, also the definitions of its file that it names (`save_model`
+        calling `save_on_master`, whose body holds `torch.save`).
         Memoised per run: the answer depends only on the importer's folder (where the name
         resolves), the name and the project's texts, and rules ask it for every call."""
-        key = (os.path.dirname(os.path.abspath(importer.path)), qualified_name, words, budget)
+        key = (os.path.dirname(os.path.abspath(importer.path)), qualified_name, words, budget, through_own_file)
         if key not in self._mentioned:
-            self._mentioned[key] = self._mentions(qualified_name, importer.path, words, budget)
+            self._mentioned[key] = self._mentions(qualified_name, importer.path, words, budget, through_own_file)
         return self._mentioned[key]
 
-    def _mentions(self, qualified_name: str, importer_path: str, words: tuple[str, ...], budget: int) -> bool:
+    def _mentions(self, qualified_name: str, importer_path: str, words: tuple[str, ...], budget: int,
+                  through_own_file: bool = False) -> bool:
         for module_file, attributes in self._candidates(qualified_name, importer_path):
             text = self._text(module_file)
             if text is None:
                 return True
             if not attributes:
                 return any(word in text for word in words)
-            piece = self._scanned(module_file).definition(attributes[0])
+            scanned = self._scanned(module_file)
+            piece = scanned.definition(attributes[0])
             if piece is not None:
-                return any(word in piece for word in words)
+                named = scanned.definitions_named_by(attributes[0], piece) if through_own_file else ()
+                return any(word in text for text in (piece, *map(scanned.definition, named)) if text
+                           for word in words)
             for match in _FROM_IMPORT.finditer(text):
                 listed = match.group(2) if match.group(2) is not None else match.group(3)
                 names = {n.split()[-1]: n.split()[0] for n in re.split(r"[,\\\n]", listed) if n.split()}
@@ -442,7 +449,8 @@ class Project:
                     module = match.group(1)
                     original = names[attributes[0]]
                     target = module + original if module.endswith(".") else f"{module}.{original}"
-                    return self._mentions(".".join([target, *attributes[1:]]), module_file, words, budget - 1)
+                    return self._mentions(".".join([target, *attributes[1:]]), module_file, words, budget - 1,
+                                          through_own_file)
             return any(word in text for word in words)
         return False
 

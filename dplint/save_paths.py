@@ -416,7 +416,7 @@ def project_save_helpers(model: SemanticModel) -> list[tuple[cst.Call, SemanticM
         if name is None or name.startswith(("torch.", "builtins.")) or "." not in name and name not in model.imports:
             continue
         try:
-            if not project.mentions(name, model, ("torch.save",)):
+            if not project.mentions(name, model, ("torch.save",), through_own_file=True):
                 continue
         except Exception:
             continue
@@ -433,16 +433,47 @@ def unguarded_helper_saves(model: SemanticModel, helpers) -> Iterator[tuple]:
     for call, other, function in helpers:
         if every_rank_runs(model, call) is None:
             continue
-        for site in other.calls:
-            save = site.node
-            if site.qualified_name != TORCH_SAVE or enclosing_function(other, save) is not function:
-                continue
+        for save in _own_saves(other, function):
             reached, guarded, decided = reach_in_function(model, call, other, function, save)
             if not reached or guarded or on_single_process_branch(other, save):
                 continue
             if writes_own_file(other, save, call, model) or on_one_process_path(other, (save,)):
                 continue
             yield call, other, function, save, decided
+        for inner, inner_function in _own_file_calls(other, function):
+            # `save_model(...)` -> `save_on_master(to_save, path)` in the helper's own file: the
+            # inner call must be reached past no guard, and its save past none of its own
+            reached, guarded, _ = reach_in_function(model, call, other, function, inner)
+            if not reached or guarded or on_single_process_branch(other, inner):
+                continue
+            for save in _own_saves(other, inner_function):
+                reached, guarded, _ = reach_in_function(other, inner, other, inner_function, save)
+                if not reached or guarded or on_single_process_branch(other, save):
+                    continue
+                if writes_own_file(other, save, inner, other) or on_one_process_path(other, (inner, save)):
+                    continue
+                yield call, other, function, save, False
+
+
+def _own_saves(model: SemanticModel, function: cst.FunctionDef) -> list[cst.Call]:
+    """The `torch.save` calls in the function's own body (not in a function nested in it)."""
+    return [site.node for site in model.calls
+            if site.qualified_name == TORCH_SAVE and enclosing_function(model, site.node) is function]
+
+
+def _own_file_calls(model: SemanticModel, function: cst.FunctionDef) -> list[tuple[cst.Call, cst.FunctionDef]]:
+    """(call, callee) for each call in the function's own body of a plain function of the same
+    file that itself holds a `torch.save`."""
+    found = []
+    for site in model.calls:
+        if enclosing_function(model, site.node) is not function:
+            continue
+        callee = model.flow.callee(site.node, local=True)
+        if callee is None or callee.bound or not isinstance(callee.node, cst.FunctionDef) or callee.node is function:
+            continue
+        if _own_saves(model, callee.node):
+            found.append((site.node, callee.node))
+    return found
 
 
 _COMPARE = {

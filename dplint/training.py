@@ -63,6 +63,14 @@ BACKWARD_OWNERS = {
     "lightning.fabric.Fabric",
     "lightning_fabric.Fabric",
 }
+# Loss scalers called like a function, `loss_scaler(loss, optimizer, ...)`: their `__call__`
+# back-propagates the first argument and steps the optimizer (timm's `utils/cuda.py`).
+CALLED_BACKWARD_OWNERS = {
+    "timm.utils.NativeScaler",
+    "timm.utils.ApexScaler",
+    "timm.utils.cuda.NativeScaler",
+    "timm.utils.cuda.ApexScaler",
+}
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"
 AUTOGRAD_BACKWARD = "torch.autograd.backward"
 AUTOGRAD_GRAD = "torch.autograd.grad"
@@ -129,6 +137,9 @@ def _backprop_of(model: SemanticModel, site: CallSite) -> Optional[Backprop]:
     if site.qualified_name == AUTOGRAD_BACKWARD:
         tensors = argument(call, 0, "tensors")
         return Backprop(site, (tensors,)) if tensors is not None else None
+    if _called_loss_scaler(model, call):
+        loss = argument(call, 0, "loss")
+        return Backprop(site, (loss,)) if loss is not None else None
     method = method_call(call)
     if method is None or method[1] != "backward":
         return None
@@ -141,6 +152,18 @@ def _backprop_of(model: SemanticModel, site: CallSite) -> Optional[Backprop]:
     # `loss.backward()`; with an unknown receiver that takes an argument
     # (`engine.backward(loss)` on a parameter), the argument may be the loss too.
     return Backprop(site, (receiver, *arguments))
+
+
+def _called_loss_scaler(model: SemanticModel, call: cst.Call) -> bool:
+    """`loss_scaler(loss, optimizer)` where the name (or `self.x`) holds, on every path, one
+    of the CALLED_BACKWARD_OWNERS (made in this file or, through a parameter, in a caller's)."""
+    if not call.args or model.binding_key(call.func, call) is None or isinstance(call.func, cst.Name) and (
+            call.func.value in model.functions or call.func.value in model.classes):
+        return False
+    values = model.flow.values_at(call.func, call)
+    return bool(values) and all(
+        isinstance(value.expr, cst.Call) and value.model.qualified_name(value.expr.func) in CALLED_BACKWARD_OWNERS
+        for value in values)
 
 
 def _owns_backward(model: SemanticModel, receiver: cst.BaseExpression, at: cst.CSTNode) -> bool:

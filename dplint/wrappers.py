@@ -305,7 +305,7 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
     child = node
     asserting = _BLOCKS_WITH_ASSERTS.get(model)
     if asserting is None:  # the blocks holding an `assert` statement (most hold none)
-        asserting = _BLOCKS_WITH_ASSERTS[model] = {model.parent(model.parent(a)) for a in model.nodes_of(cst.Assert)}
+        asserting = _BLOCKS_WITH_ASSERTS[model] = {_block_of(model, a) for a in model.nodes_of(cst.Assert)}
     for ancestor in model.ancestors(node):
         kind = type(ancestor)  # exact types: cheaper than `isinstance`
         if kind in SCOPE_NODES:
@@ -322,12 +322,20 @@ def conditions_at(model: SemanticModel, node: cst.CSTNode) -> tuple:
             for statement in ancestor.body:
                 if statement is child:
                     break
-                if isinstance(statement, cst.SimpleStatementLine):
-                    for small in statement.body:
-                        if isinstance(small, cst.Assert):
-                            found.extend(_conjuncts(model, small.test, True))
+                # `if x: assert y` keeps its small statements in the suite itself
+                smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else (statement,)
+                for small in smalls:
+                    if isinstance(small, cst.Assert):
+                        found.extend(_conjuncts(model, small.test, True))
         child = ancestor
     return tuple(found)
+
+
+def _block_of(model: SemanticModel, small: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The block whose `.body` lists the statement holding a small statement: the indented
+    block or module of its line, or the one-line suite itself (`if x: assert y`)."""
+    holder = model.parent(small)
+    return holder if isinstance(holder, cst.SimpleStatementSuite) else model.parent(holder)
 
 
 def _conjuncts(model: SemanticModel, test: cst.BaseExpression, holds: bool) -> list:

@@ -26,7 +26,7 @@ from dplint.distributed import (
     on_exclusive_branches,
 )
 from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
-from dplint.semantic import SemanticModel, argument
+from dplint.semantic import SemanticModel
 
 
 
@@ -49,11 +49,14 @@ class MissingSetDevice(Rule):
     no `torch.cuda.set_device(...)` on the process's path (the init's function, the
     functions of the file that call it, and the project functions those call, three calls
     deep, across files), none in the files of every caller of a helper that starts the
-    group for other files, no `device_id=` given to `init_process_group`, and no
-    `CUDA_VISIBLE_DEVICES` written by the script with a value that can differ per process
+    group for other files, and no `CUDA_VISIBLE_DEVICES` written by the script with a value that can differ per process
     (from the local rank, the `mp.spawn` index, or a call the file does not show). One value
     for all (`os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus` before `mp.spawn`) shows every
-    process the same GPUs, and `cuda` is the first of them in each. A `set_device` on the other branch of a
+    process the same GPUs, and `cuda` is the first of them in each. `device_id=` given to
+    `init_process_group` does not select one: it binds the group's NCCL communicator to that
+    GPU (formed at once, split for sub-groups: the two effects torch 2.13's docstring lists)
+    and leaves the current device as it was, so `.cuda()` is still GPU 0 in every process.
+    A `set_device` on the other branch of a
     test than the path (`if args.distributed: init_process_group(...)` / `elif args.gpu:
     set_device(args.gpu)`; a slurm launcher's function beside the torchrun one's) runs in
     another kind of run and does not count. Where a file starts several process groups (a
@@ -202,8 +205,8 @@ class MissingSetDevice(Rule):
         own = {id(site.node): _placements_of_process(model, site.node, placements) for site, _ in inits}
         narrowed = len(inits) > 1 and any(own.values())
         for site, backend in inits:
-            if argument(site.node, None, "device_id") is not None or is_group_of_one(site.node):
-                continue  # a device chosen by the group, or one process: nobody shares GPU 0
+            if is_group_of_one(site.node):
+                continue  # one process: nobody shares GPU 0
             late = late_set_device(model, site.node)
             if late is not None:
                 selection, placement = late

@@ -74,8 +74,9 @@ class SaveWrappedStateDict(Rule):
     gpu_ids=[]): if len(gpu_ids) > 0: net = DataParallel(net)`, or `kwargs.get("gpu_ids",
     [])` of a `**kwargs` the call does not fill) returns the bare model on that call. A
     callable object counts as a helper (`early_stopping(loss, model, path)` runs `__call__`,
-    which hands `model` on to `self.save_checkpoint(model, path)`); reported where the wrapper is
-    handed over, once (not again at a caller whose wrapper the inner call already shows). In a
+    which hands `model` on to `self.save_checkpoint(model, path)`); reported, as for a function,
+    at the save when the object is called from one place, else where the wrapper is handed
+    over, once (not again at a caller whose wrapper the inner call already shows). In a
     subclass, `self.model = self._build_model()` written in the base class's constructor runs
     the subclass's own `_build_model`.
 

@@ -63,8 +63,9 @@ class UnguardedRankSave(Rule):
     When dplint checks a project, a plain function of another project file that this file
     calls on every rank (`checkpoint.save_checkpoint(model, ...)`) and a method of a project
     class called through an instance (`stopper(loss, model, path)` runs `__call__`) are
-    followed too: a save in it that no guard of its own covers is reported there
-    (`save_on_master(...)` is silent when its body guards the save). A test in the helper of a
+    followed too, and so are the functions of its own file it calls (`misc.save_model(...)`
+    calling `save_on_master(state, path)`): a save in them that no guard of theirs covers is
+    reported there (`save_on_master(...)` is silent when its body guards the save). A test in the helper of a
     parameter the call fills with a literal is decided by the call (`if local_rank > -1:` with
     the default -1 guards nothing): such a finding is on the call, where the rank is missing.
     So is a test every process of a distributed job answers alike (`if local_rank > -1:`
@@ -235,9 +236,9 @@ class UnguardedRankSave(Rule):
                 yield Violation(node=call, message=message)
                 continue
             yield Violation(node=save, message=(
-                f"every rank runs this `torch.save`: `{function.name.value}()` is called on every rank by another "
-                f"file of the project, so {WRITE} and {MIX}; save on one rank (`if dist.get_rank() == 0:`, at the "
-                "call or here) and `dist.barrier()` before others read it"))
+                f"every rank runs this `torch.save`: another file of the project calls `{function.name.value}()` on "
+                f"every rank, and it reaches this save, so {WRITE} and {MIX}; save on one rank (`if dist.get_rank() "
+                "== 0:`, at the call or here) and `dist.barrier()` before others read it"))
         for other, method, save in unguarded_method_saves(model, methods):
             owner = other.parent(other.parent(method))
             owner_name = f"{owner.name.value}." if isinstance(owner, cst.ClassDef) else ""

@@ -613,3 +613,30 @@ def test_same_file_base_class_and_a_binding_before_super_init():
     """)
     read = _read_in(model, "step")
     assert [model.code(v.expr) for v in model.flow.values_at(read, read) if v.known] == ["nn.DataParallel(self.net)"]
+
+
+def test_an_attribute_stored_on_a_local_object_holds_the_store_until_the_object_is_handed_on():
+    model = model_of(
+        """
+        def init(args, cpu_only):
+            use(args.backend)
+            args.backend = "nccl"
+            if cpu_only:
+                args.backend = "gloo"
+            first(args.backend)
+            configure(args)
+            second(args.backend)
+            args.backend = "mpi"
+            args = reload()
+            third(args.backend)
+        """
+    )
+
+    def values_given_to(name):
+        call = call_named(model, name)
+        return shown(model, model.flow.values_at(call.args[0].value, call))
+
+    assert values_given_to("use") == [("args.backend", ())]  # no store before it: the read itself
+    assert values_given_to("first") == [('"gloo"', (("cpu_only", True),)), ('"nccl"', (("cpu_only", False),))]
+    assert values_given_to("second") == [("args.backend", ())]  # a call given `args` may set it
+    assert values_given_to("third") == [("args.backend", ())]  # another object since `args = reload()`

@@ -160,3 +160,42 @@ def test_a_constructor_only_method_after_a_builder_method_sees_the_builder_value
     model.flow._exit_state(model.scope(call_named(model, "use")).class_scope, "self.model",
                            next(n for n in model.nodes() if isinstance(n, cst.FunctionDef) and n.name.value == "__init__"))
     assert [c for c, _ in _values_of_use(model)] == ["Encoder()"]
+
+
+def test_calling_an_instance_runs_its_class_s_own_call_method_and_nothing_else():
+    model = model_of(
+        """
+        class Scaler:
+            def __call__(self, loss, optimizer):
+                loss.backward()
+
+        class Base:
+            def __call__(self, batch):
+                return batch
+
+        class Meter(Base):
+            pass
+
+        class Net(nn.Module):
+            def forward(self, x):
+                return x
+
+        def step(scaler, meter, net, fresh, loss, optimizer, batch):
+            scaler(loss, optimizer)
+            meter(batch)
+            net(batch)
+            fresh = Scaler() if batch else Meter()
+            fresh(batch)
+
+        step(Scaler(), Meter(), Net(), None, 1, 2, 3)
+        """
+    )
+
+    def callee_of(name):
+        found = model.flow.callee(call_named(model, name))
+        return None if found is None else (found.model.code(found.node).split(":")[0], found.bound)
+
+    assert callee_of("scaler") == ("def __call__(self, loss, optimizer)", True)
+    assert callee_of("meter") == ("def __call__(self, batch)", True)  # from its base class
+    assert callee_of("net") is None  # torch's Module.__call__, not a method of the project
+    assert callee_of("fresh") is None  # one of two classes: cannot tell which runs
