@@ -599,6 +599,12 @@ def runs_backward(model: SemanticModel, loop: cst.CSTNode) -> bool:
     return _loop_does(model, loop, "backward")
 
 
+def call_runs_backward(model: SemanticModel, call: cst.Call) -> bool:
+    """The call is a backward itself, or its function (or one it calls, 3 deep) runs one."""
+    return any(backprop.site.node is call for backprop in backprops(model)) or \
+        _callee_does(model, call, 3, "backward", False)
+
+
 def _direct_sites(model: SemanticModel, what: str) -> list:
     """The call sites that run backward, or that step an optimizer (a `.step(...)` call)."""
     if what == "backward":

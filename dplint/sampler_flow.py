@@ -6,6 +6,7 @@ training loop is comes from `dplint.data`; this module follows the values."""
 from __future__ import annotations
 
 import ast
+import itertools
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -23,6 +24,7 @@ from dplint.flow import class_method
 from dplint.training import loops_around
 from dplint.data import (
     BATCH_SAMPLERS,
+    call_runs_backward,
     BATCH_SAMPLER_SAMPLER,
     LOADER_CLASSES,
     builtin_name,
@@ -213,6 +215,12 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
                     if binding is not None:
                         _follow_binding(model, binding, path[1:], flow, seen, certain)
                         return
+            if len(targets) == 1 and isinstance(targets[0], cst.Name):
+                # `params = (loader, model)`: the name holds the tuple, element and all
+                binding = next((b for b in model.bindings.get(targets[0].value, ()) if b.node is parent), None)
+                if binding is not None:
+                    _follow_binding(model, binding, path, flow, seen, certain)
+                    return
         if isinstance(parent, cst.Element) and isinstance(model.parent(parent), cst.Tuple):
             # `(train_sampler, train_dl), (_, val_dl) = build(train), build(val)`: the element's
             # own target is unpacked again.
@@ -532,6 +540,8 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     name = loader_class(model, call) or model.qualified_name(call.func)
     if arg.star == "**" and path and path[0].startswith("{"):
         _follow_splatted_entry(model, call, path, flow, seen, certain)
+    elif arg.star == "*" and _follow_splatted_element(model, call, arg, path, flow, seen, certain):
+        pass
     elif arg.star:
         flow.escapes = True
     elif name in LOADER_CLASSES and loader_argument(model, call, "sampler") is value:
@@ -555,6 +565,9 @@ def _follow_argument(model: SemanticModel, arg: cst.Arg, path: tuple[str, ...], 
     elif builtin_name(model, call.func) in ("enumerate", "zip") and arg.keyword is None:
         # `bar = tqdm(enumerate(loader))` ... `for step, batch in bar:`: iterating what the
         # name holds iterates the loader, once (where the name is iterated).
+        _follow(model, call, path, flow, seen, False)
+    elif model.qualified_name(call.func) == "itertools.islice" and call.args and call.args[0] is arg:
+        # `for batch in itertools.islice(loader, n):` the first n batches of one pass
         _follow(model, call, path, flow, seen, False)
     elif model.qualified_name(call.func) == "itertools.cycle" and argument(call, 0, "iterable") is value:
         flow.iterations.append(_replayed_iteration(model, call))
@@ -649,6 +662,28 @@ def _follow_splatted_entry(model: SemanticModel, call: cst.Call, path: tuple[str
         entered = False
     if not entered and not _project_hook(model, call):
         flow.escapes = True
+
+
+def _follow_splatted_element(model: SemanticModel, call: cst.Call, arg: cst.Arg, path: tuple[str, ...],
+                             flow: SamplerFlow, seen: set, certain: bool) -> bool:
+    """`train_epoch(*params, epoch)` with `params = (loader, model, ...)`: element i of the
+    tuple fills the positional parameter after the call's plain positional arguments before
+    it, plus i. False where that cannot be told (a keyword or another `*` before it)."""
+    step = path[0] if path else ""
+    if not (step.startswith("[") and step[1:-1].isdigit()):
+        return False
+    before = list(itertools.takewhile(lambda other: other is not arg, call.args))
+    if any(other.star or other.keyword is not None for other in before):
+        return False
+    callee = model.flow.callee(call)
+    function = callee.function if callee is not None else None
+    if function is None:
+        return False
+    params = [*function.params.posonly_params, *function.params.params][1 if callee.bound else 0:]
+    position = len(before) + int(step[1:-1])
+    if position >= len(params):
+        return False
+    return _follow_into_parameter(model, call, callee, params[position].name.value, path[1:], flow, seen, certain)
 
 
 def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path: tuple[str, ...], flow: SamplerFlow,
@@ -769,11 +804,12 @@ def _iteration(model: SemanticModel, node: cst.CSTNode, entered: list = (), dept
         return Iteration(model, node, around, _generator_trains(model, function, entered), False, generator=True)
     if isinstance(node, cst.Call):  # iter(loader): each call starts a new pass
         around = loops_around(model, node)
-        trains = bool(around) and trains_in(model, around[-1])
         if around:
-            return Iteration(model, node, around, trains, False)
-        where, around = _loops_around_calls(model, function, 3)
-        return Iteration(model, node, around, trains, False, where)
+            return Iteration(model, node, around, trains_in(model, around[-1]), False)
+        # `self.loader = iter(loader)` in a prefetcher's constructor, built once per epoch by
+        # `train_one_epoch(...)`: the pass trains when the call in the loop runs backward
+        where, around, call = _loop_call_around(model, function, 3)
+        return Iteration(model, node, around, call is not None and call_runs_backward(where, call), False, where)
     around = loops_around(model, node)
     if around:
         return Iteration(model, node, around, trains_in(model, node))
@@ -810,16 +846,24 @@ def _loops_around_calls(model: SemanticModel, function: Optional[cst.FunctionDef
     """(model, loops): the loops around the calls of a function (`run()` loops over epochs
     calling `_one_pass()`), also in the project's other files (`for epoch in ...:
     train_one_epoch(model, loader)` in main.py, the function in engine.py)."""
+    where, around, _ = _loop_call_around(model, function, depth)
+    return where, around
+
+
+def _loop_call_around(model: SemanticModel, function: Optional[cst.FunctionDef],
+                      depth: int) -> tuple[SemanticModel, list, Optional[cst.Call]]:
+    """`_loops_around_calls`, with the call in the innermost loop that leads to the function
+    (None when no loop is found)."""
     if function is None or depth <= 0:
-        return model, []
+        return model, [], None
     for caller, call, _ in model.flow.known_call_sites(function):  # one call in a loop runs it again
         around = loops_around(caller, call)
         if around:
-            return caller, around
-        where, around = _loops_around_calls(caller, _enclosing_function(caller, call), depth - 1)
-        if around:
-            return where, around
-    return model, []
+            return caller, around, call
+        found = _loop_call_around(caller, _enclosing_function(caller, call), depth - 1)
+        if found[1]:
+            return found
+    return model, [], None
 
 
 def _generator_trains(model: SemanticModel, generator: cst.FunctionDef, entered: list = ()) -> bool:
