@@ -819,7 +819,8 @@ def late_set_device(model: SemanticModel, init: cst.Call) -> Optional[tuple[cst.
         return None
     # `torch.device("cuda")` only names "the current device" for later placements: no tensor yet.
     placements = [p for p in bare_cuda_placements(model) if owner_def(model, p) is function
-                  and model.qualified_name(p.func) != TORCH_DEVICE and not on_exclusive_branches(model, p, init)]
+                  and model.qualified_name(p.func) != TORCH_DEVICE and not on_exclusive_branches(model, p, init)
+                  and not _discarded(model, p)]
     late = []
     for selection in selections:
         earlier = [p for p in placements if model.order(p) < model.order(selection)
@@ -830,6 +831,16 @@ def late_set_device(model: SemanticModel, init: cst.Call) -> Optional[tuple[cst.
     if selects_a_device_for(model, init, ignored={id(node) for node in selections}):
         return None
     return late[0]
+
+
+def _discarded(model: SemanticModel, placement: cst.Call) -> bool:
+    """A placement whose tensor no name keeps (`torch.empty(1, device="cuda").backward()` as a
+    statement of its own): it leaves a CUDA context on GPU 0, but no tensor stays there."""
+    node: cst.CSTNode = placement
+    parent = model.parent(node)
+    while isinstance(parent, cst.Attribute) and parent.value is node or isinstance(parent, cst.Call) and parent.func is node:
+        node, parent = parent, model.parent(parent)
+    return isinstance(parent, cst.Expr)
 
 
 def selects_a_device_for(model: SemanticModel, init: cst.Call, ignored: frozenset = frozenset()) -> bool:

@@ -54,6 +54,8 @@ class ValuesMixin:
         expr = peel_self_returning(expr)
         if isinstance(expr, cst.IfExp):
             truth = _static(model, expr.test, at)
+            if truth is None and _context and _enclosing_function(model, expr) is _context[0][0]:
+                truth = self._truth_in_call(expr.test, _context)  # `m.module if wrapped else m`
             if truth is not None:
                 return self.values_at(expr.body if truth else expr.orelse, at, path, _context, _depth - 1)
             condition = self.condition(expr.test)
@@ -195,9 +197,15 @@ class ValuesMixin:
             inner = self._truth_in_call(test.expression, context)
             return None if inner is None else not inner
         if isinstance(test, cst.Name):
+            aliased = self.boolean_alias(test)
+            if aliased is not None and isinstance(aliased[0], cst.Call):
+                inner = self._truth_in_call(aliased[0], context)  # `wrapped = isinstance(m, DDP)`
+                return None if inner is None else inner != aliased[1]
             values = self._literals_in_call(test, context, sized=False)
             answers = {bool(v) for v in values} if values is not None else set()
             return answers.pop() if len(answers) == 1 else None
+        if isinstance(test, cst.Call):
+            return self._wrapper_test_in_call(test, context)
         if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
             return None
         target = test.comparisons[0]
@@ -222,6 +230,28 @@ class ValuesMixin:
         compare = {">": lambda a: a > bound, ">=": lambda a: a >= bound, "<": lambda a: a < bound,
                    "<=": lambda a: a <= bound, "==": lambda a: a == bound, "!=": lambda a: a != bound}[operator]
         answers = {compare(v) for v in values}
+        return answers.pop() if len(answers) == 1 else None
+
+    def _wrapper_test_in_call(self, test: cst.Call, context: tuple) -> Optional[bool]:
+        """`isinstance(m, DDP)` (or a tuple of wrapper classes) where every value the followed
+        call gives the name `m` is a wrapper the code builds: whether its kind is among them.
+        None where a value is anything else, or a class is no wrapper."""
+        from dplint.wrapper_classes import wrapper_kind
+
+        if not (isinstance(test.func, cst.Name) and test.func.value == "isinstance" and len(test.args) == 2
+                and isinstance(test.args[0].value, cst.Name) and not any(arg.star for arg in test.args)):
+            return None
+        second = test.args[1].value
+        classes = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
+        kinds = {wrapper_kind(self.model, c) for c in classes}
+        if not kinds or None in kinds:
+            return None
+        answers = set()
+        for value in self.values_at(test.args[0].value, test, (), context, _MAX_DEPTH // 2):
+            wrapping = wrapping_built_by(value.model, value.expr) if value.known else None
+            if wrapping is None:
+                return None
+            answers.add(wrapping.kind in kinds)
         return answers.pop() if len(answers) == 1 else None
 
     def _literals_in_call(self, name: cst.Name, context: tuple, sized: bool) -> Optional[list]:
