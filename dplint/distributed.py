@@ -639,7 +639,7 @@ def is_rank_guarded(model: SemanticModel, node: cst.CSTNode) -> bool:
             return True
         if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right and _singles_out_ranks(model, ancestor.left):
             return True
-        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)) and _after_rank_exit(model, ancestor, child):
+        if isinstance(ancestor, (cst.IndentedBlock, cst.Module)) and _after_rank_exit(model, ancestor, child, node):
             return True
         child = ancestor
     return False
@@ -660,15 +660,40 @@ def has_rank_decorator(definition: cst.CSTNode) -> bool:
     return False
 
 
-def _after_rank_exit(model: SemanticModel, block: cst.CSTNode, statement: cst.CSTNode) -> bool:
-    """`if not is_master: return` (or `raise`, `continue`, `break`, `sys.exit()`) earlier in the block."""
+def _after_rank_exit(model: SemanticModel, block: cst.CSTNode, statement: cst.CSTNode,
+                     node: Optional[cst.CSTNode] = None) -> bool:
+    """`if not is_master: return` (or `raise`, `continue`, `break`, `sys.exit()`) earlier in the
+    block. An exit on `not a and not is_rank0` does not fire where `node` runs under `if a:`
+    (one of its parts is false there, on every rank)."""
     for sibling in block.body:  # type: ignore[attr-defined]
         if sibling is statement:
             return False
         if isinstance(sibling, cst.If) and _singles_out_ranks(model, sibling.test):
+            if ends_in_exit(model, sibling.body) and node is not None and _false_on_the_path(model, sibling.test, node):
+                continue
             branches = [sibling.body, sibling.orelse.body if isinstance(sibling.orelse, cst.Else) else None]
             if any(branch is not None and ends_in_exit(model, branch) for branch in branches):
                 return True
+    return False
+
+
+def _false_on_the_path(model: SemanticModel, test: cst.BaseExpression, node: cst.CSTNode) -> bool:
+    """Whether a part of the `and` test is answered the other way by a test that `node` needs
+    (`not a` where `node` is under `if a:`)."""
+    if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)):
+        return False
+    known = dict(_canonical_test(model, other, truth) for other, truth in guard_tests(model, node))
+    parts, conjuncts = [test], []
+    while parts:
+        part = parts.pop()
+        if isinstance(part, cst.BooleanOperation) and isinstance(part.operator, cst.And):
+            parts += [part.left, part.right]
+        else:
+            conjuncts.append(part)
+    for conjunct in conjuncts:
+        text, needed = _canonical_test(model, conjunct, True)
+        if known.get(text, needed) != needed:
+            return True
     return False
 
 
@@ -934,6 +959,10 @@ def _rank_number(expr: cst.BaseExpression) -> Optional[int]:
         if isinstance(key, cst.SimpleString) and key.value.strip("'\"") in ("RANK", "LOCAL_RANK"):
             return 0
         return None
+    if isinstance(expr, cst.Call) and dotted_name(expr.func) in ("os.environ.get", "os.getenv", "environ.get") \
+            and expr.args and isinstance(expr.args[0].value, cst.SimpleString) \
+            and expr.args[0].value.value.strip("'\"") in ("RANK", "LOCAL_RANK"):
+        return 0  # `os.environ.get("RANK", -1)`: the launcher's rank (its default only without one)
     if isinstance(expr, (cst.Name, cst.Attribute)):
         name = _last_identifier(expr)
         if MAIN_WORDS.search(name) is None and (
