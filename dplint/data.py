@@ -406,6 +406,28 @@ def _self_attributes_stored(function: cst.FunctionDef) -> set[str]:
 SAMPLER_TEXT = "(?i:sampler)"
 
 
+# Library loader factories whose training loader gets a shuffling, epoch-seeded sampler in a
+# distributed run, held as `loader.sampler`: timm's `create_loader(dataset, ..., is_training=
+# False, ..., distributed=False, ...)` (timm/data/loader.py: `if distributed and not
+# isinstance(dataset, IterableDataset): if is_training: DistributedSampler(dataset)`, or
+# `RepeatAugSampler` with `num_aug_repeats`, which seeds by its epoch too); its
+# `PrefetchLoader` hands `.sampler` through. Keywords only: positions changed across versions.
+SAMPLER_BUILDING_FACTORIES = {"timm.data.create_loader", "timm.data.loader.create_loader"}
+
+
+def factory_sampler_shuffles(model: SemanticModel, call: cst.Call) -> Optional[bool]:
+    """For a call of a SAMPLER_BUILDING_FACTORIES factory given `is_training=` (provably
+    true) and `distributed=`: True when `distributed` is provably true, None when it is a
+    value the code can't tell (`args.distributed`: the distributed runs); False otherwise."""
+    if model.qualified_name(call.func) not in SAMPLER_BUILDING_FACTORIES:
+        return False
+    training, distributed = argument(call, None, "is_training"), argument(call, None, "distributed")
+    if training is None or distributed is None or static_truth(model, training, call) is not True:
+        return False
+    truth = static_truth(model, distributed, call)
+    return None if truth is None else truth or False
+
+
 def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:
     """A call of another file's function (through `model.project`) that may return a
     shuffling `DistributedSampler`: `pick_sampler(ds, distributed)` from `samplers.py`."""

@@ -115,7 +115,7 @@ class SamplerFlow:
 MAX_FACTORY_CALLS = 8
 
 
-def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
+def trace_sampler(model: SemanticModel, sampler: cst.Call, path: tuple[str, ...] = ()) -> SamplerFlow:
     """Follow a sampler construction through names, loaders and batch samplers.
 
     A function that builds the sampler each time it runs returns a new sampler to each of
@@ -123,7 +123,7 @@ def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
     does not move the epoch of the training loader another call made. Where `set_epoch` is
     found, each call of the function is followed on its own, and the iterations of the calls
     whose sampler never gets an epoch are what is left."""
-    flow = _traced_per_call(model, sampler)
+    flow = _traced_per_call(model, sampler, path)
     if flow.redrawn:
         # A pass of the loader that runs once still draws the sampler on each turn of the
         # batch sampler's loop: that loop is the one that must move the epoch.
@@ -133,9 +133,9 @@ def trace_sampler(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
     return flow
 
 
-def _traced_per_call(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
+def _traced_per_call(model: SemanticModel, sampler: cst.Call, path: tuple[str, ...] = ()) -> SamplerFlow:
     flow = SamplerFlow(sampler)
-    _follow(model, sampler, (), flow, set(), True)
+    _follow(model, sampler, path, flow, set(), True)
     function = _enclosing_function(model, sampler)
     if not (flow.sets_epoch or flow.escapes) or not isinstance(function, cst.FunctionDef):
         return flow
@@ -145,7 +145,7 @@ def _traced_per_call(model: SemanticModel, sampler: cst.Call) -> SamplerFlow:
     instances = []
     for _, call, _ in sites:
         instance = SamplerFlow(sampler, only_site=(function, call))
-        _follow(model, sampler, (), instance, set(), True)
+        _follow(model, sampler, path, instance, set(), True)
         instances.append(instance)
     # The sampler of a call that escapes (the validation loader handed to a helper we can't
     # see) says nothing of another call's: only the calls followed to the end are judged.

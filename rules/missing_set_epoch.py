@@ -13,6 +13,7 @@ from dplint.data import (
     epoch_count_loop,
     epoch_sampler_shuffle,
     epoch_seeded_class,
+    factory_sampler_shuffles,
     returns_shuffling_sampler,
 )
 from dplint.sampler_flow import SamplerFlow, trace_sampler
@@ -32,6 +33,11 @@ class MissingSetEpoch(Rule):
     does. `loader.epoch = n` does not when the loader is torch's (or PyG's, MONAI's)
     `DataLoader`, which never reads such an attribute; on a loader class of the project it
     may, and the rule stays silent.
+
+    A library factory that builds the training loader's sampler itself counts as its
+    construction: timm's `create_loader(..., is_training=True, distributed=...)`, whose loader
+    holds a `DistributedSampler` as `loader.sampler` in a distributed run (worded "whenever
+    `distributed=...` is true" when the code can't tell; no fix).
 
     A loader drawn through `itertools.cycle(loader)` (`batches = cycle(loader)`, then
     `next(batches)` in a training loop) is flagged even when `set_epoch` is called:
@@ -187,7 +193,8 @@ class MissingSetEpoch(Rule):
     summary = "shuffling DistributedSampler without set_epoch(): every epoch repeats one order"
     fix_applicability = Applicability.SAFE
     fix_safety = "safe when unambiguous"
-    tokens = ("DistributedSampler", ("Sampler", "DataLoader"), ("Sampler", "set_epoch"))  # a project sampler: built for a loader, or defined here
+    # a project sampler: built for a loader, or defined here; a library factory's (timm's `create_loader`)
+    tokens = ("DistributedSampler", ("Sampler", "DataLoader"), ("Sampler", "set_epoch"), ("create_loader", "timm"))
 
     VALID = (
         # set_epoch through the loader.
@@ -284,9 +291,11 @@ class MissingSetEpoch(Rule):
             sampler = site.node
             shuffles = distributed_sampler_shuffles(model, sampler)
             built_here = shuffles is not False
-            if not (built_here or returns_shuffling_sampler(model, sampler)):
+            in_factory = factory_sampler_shuffles(model, sampler) if not built_here else False
+            if not (built_here or in_factory is not False or returns_shuffling_sampler(model, sampler)):
                 continue
-            flow = trace_sampler(model, sampler)
+            # a library factory's loader holds its sampler as `loader.sampler`
+            flow = trace_sampler(model, sampler, ("sampler",) if in_factory is not False else ())
             if flow.escapes or built_here and flow.returned_elsewhere:
                 continue  # (a factory returning it to another file: reported at that call)
             training = [it for it in flow.iterations if it.epoch_loops and it.trains]
@@ -306,6 +315,8 @@ class MissingSetEpoch(Rule):
                 node=sampler,
                 message=(
                     (f"This {_kind(model, sampler)} shuffles{_when(model, sampler, shuffles)}" if built_here else
+                     f"`{model.code(sampler.func)}(...)` builds this training loader on a shuffling "
+                     f"DistributedSampler{_factory_when(model, sampler, in_factory)}" if in_factory is not False else
                      f"`{model.code(sampler.func)}(...)` may return a shuffling DistributedSampler")
                     + ", but `set_epoch()` is never called on it: it seeds its order with "
                     + ("`seed + epoch`" if epoch_seeded_class(model, sampler)[0] else "its epoch")
@@ -367,6 +378,13 @@ def _when(model: SemanticModel, sampler: cst.Call, shuffles: Optional[bool]) -> 
     if shuffles is True:
         return ""
     return f" whenever `shuffle={model.code(epoch_sampler_shuffle(model, sampler))}` is true"
+
+
+def _factory_when(model: SemanticModel, factory: cst.Call, distributed: Optional[bool]) -> str:
+    """`distributed=args.distributed`: the order repeats on the distributed runs."""
+    if distributed is True:
+        return ""
+    return f" whenever `distributed={model.code(argument(factory, None, 'distributed'))}` is true"
 
 
 def _shown_path(path: str) -> str:
