@@ -692,6 +692,8 @@ def bare_cuda_placements(model: SemanticModel) -> list[cst.Call]:
         method = call.func.attr.value
         if method == "cuda" and argument(call, 0, "device") is None and not any(arg.star for arg in call.args):
             found.append(call)  # `.cuda()`, `.cuda(non_blocking=True)`: the current device
+        elif method == "cuda" and _holds_current_device(model, argument(call, 0, "device"), call):
+            found.append(call)  # `.cuda(torch.cuda.current_device())`: the same
         elif method == "to" and (device := argument(call, 0, "device")) is not None and _holds_bare_cuda(model, device, call):
             found.append(call)  # `x.to("cuda")`, `x.to(device, non_blocking=True)`, `x.to(device="cuda")`
     return found
@@ -700,7 +702,7 @@ def bare_cuda_placements(model: SemanticModel) -> list[cst.Call]:
 def _holds_bare_cuda(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
     """A bare `cuda` literal, a name each known value of which is one (none unknown), or an
     attribute of an object handed around (`args.device`, read in `Trainer(args)`'s methods)."""
-    if is_bare_cuda(expr):
+    if is_bare_cuda(expr) or _holds_current_device(model, expr, at):
         return True
     if isinstance(expr, cst.Attribute) and model.binding_key(expr, at) is None:
         return _attribute_holds_bare_cuda(model, expr)
@@ -708,6 +710,23 @@ def _holds_bare_cuda(model: SemanticModel, expr: cst.BaseExpression, at: cst.CST
         return False
     values = model.flow.values_at(expr, at)
     return bool(values) and all(value.known and (is_bare_cuda(value.expr) or isinstance(value.expr, cst.Attribute) and _attribute_holds_bare_cuda(value.model, value.expr)) for value in values)
+
+
+CURRENT_DEVICE = "torch.cuda.current_device"
+
+
+def _holds_current_device(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> bool:
+    """`torch.cuda.current_device()`, or a name every value of which is that call: the index
+    of the current device, which is GPU 0 in every process until something selects one."""
+    if expr is None:
+        return False
+    if isinstance(expr, cst.Call):
+        return model.qualified_name(expr.func) == CURRENT_DEVICE
+    if not isinstance(expr, cst.Name):
+        return False
+    values = model.flow.values_at(expr, at)
+    return bool(values) and all(value.known and isinstance(value.expr, cst.Call)
+                                and value.model.qualified_name(value.expr.func) == CURRENT_DEVICE for value in values)
 
 
 def _attribute_holds_bare_cuda(model: SemanticModel, attribute: cst.Attribute) -> bool:

@@ -40,7 +40,8 @@ class MissingSetDevice(Rule):
     `args` (`args = get_parser().parse_args()`); no backend at all, with which
     torch uses NCCL for CUDA tensors) when its process places work on the bare `cuda` device
     (`x.cuda()`, `x.cuda(non_blocking=True)`, `x.to("cuda")`, `torch.device("cuda")`, a torch call given
-    `device="cuda"`, also through a name that holds `"cuda"`, and through an attribute every
+    `device="cuda"`, also through a name that holds `"cuda"`, and the index
+    `torch.cuda.current_device()` gives, 0 in every process until one is selected, and through an attribute every
     value of which the file sets to `"cuda"` or `"cpu"`: `args.device = "cuda"` read in
     `Trainer(args)`, a `--device` option defaulting to `"cuda"`; also in another project file
     the process runs: a function one of its calls runs, the `__init__` and `forward` of a
