@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AbstractSet, ClassVar, Iterable, Iterator, Optional, Sequence, Union
 
@@ -250,3 +251,9 @@ def finding_from_dict(data: dict) -> Finding:
         ],
         cell=data.get("cell"),
     )
+
+
+def shown_path(path: str) -> str:
+    """Another file's path as the user typed it: relative to the working folder when inside it."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return path if relative.startswith("..") else relative

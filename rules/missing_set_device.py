@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -25,7 +24,7 @@ from dplint.distributed import (
     is_group_of_one,
     on_exclusive_branches,
 )
-from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
+from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation, shown_path
 from dplint.semantic import SemanticModel
 
 
@@ -235,7 +234,7 @@ class MissingSetDevice(Rule):
                 continue
             where, first = mine[0]
             line = where.position(first)[0].line
-            shown = f"line {line}" if where is model else f"{_shown_path(where.path)}:{line}"
+            shown = f"line {line}" if where is model else f"{shown_path(where.path)}:{line}"
             yield Violation(
                 node=site.node,
                 message=(
@@ -245,12 +244,6 @@ class MissingSetDevice(Rule):
                 ),
                 fix=_fix(model, site.node),
             )
-
-
-def _shown_path(path: str) -> str:
-    """Another file's path as the user typed it: relative to the working folder when inside it."""
-    relative = os.path.relpath(os.path.abspath(path))
-    return path if relative.startswith("..") else relative
 
 
 def _backend(model: SemanticModel, call: cst.Call) -> Optional[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -17,7 +16,7 @@ from dplint.data import (
     returns_shuffling_sampler,
 )
 from dplint.sampler_flow import SamplerFlow, trace_sampler
-from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation
+from dplint.rule import Applicability, Edit, EditKind, Example, Fix, Rule, Severity, Violation, shown_path
 from dplint.semantic import SemanticModel, argument, literal_value
 
 
@@ -310,7 +309,7 @@ class MissingSetEpoch(Rule):
                 continue
             where = training[0].loops_in
             line = where.position(training[0].epoch_loops[-1])[0].line
-            line = f"line {line}" if where is model else f"{_shown_path(where.path)}:{line}"
+            line = f"line {line}" if where is model else f"{shown_path(where.path)}:{line}"
             yield Violation(
                 node=sampler,
                 message=(
@@ -385,12 +384,6 @@ def _factory_when(model: SemanticModel, factory: cst.Call, distributed: Optional
     if distributed is True:
         return ""
     return f" whenever `distributed={model.code(argument(factory, None, 'distributed'))}` is true"
-
-
-def _shown_path(path: str) -> str:
-    """Another file's path as the user typed it: relative to the working folder when inside it."""
-    relative = os.path.relpath(os.path.abspath(path))
-    return path if relative.startswith("..") else relative
 
 
 def _fixable_here(model: SemanticModel, iteration) -> bool:
