@@ -298,7 +298,7 @@ class AttributesMixin:
         name, attribute = expr.value.value, expr.attr.value
         if not self.attribute_stores(scope, name, attribute):
             return None
-        key = f"@{name}.{attribute}"  # no name or `self.x` key has this form
+        key = f"@{id(scope)}:{name}.{attribute}"  # one per scope; no name or `self.x` key has this form
         if key not in model.bindings:
             model.bindings[key] = self._attribute_bindings(scope, name, attribute, key)
         entry = model.bindings[key][0]  # what the read stands for where no store reaches

@@ -640,3 +640,20 @@ def test_an_attribute_stored_on_a_local_object_holds_the_store_until_the_object_
     assert values_given_to("first") == [('"gloo"', (("cpu_only", True),)), ('"nccl"', (("cpu_only", False),))]
     assert values_given_to("second") == [("args.backend", ())]  # a call given `args` may set it
     assert values_given_to("third") == [("args.backend", ())]  # another object since `args = reload()`
+
+
+def test_attribute_stores_of_two_functions_are_each_their_own():
+    model = model_of(
+        """
+        def first(args):
+            args.backend = "nccl"
+            use(args.backend)
+
+        def second(args):
+            args.backend = "gloo"
+            use(args.backend)
+        """
+    )
+    for nth, expected in ((0, '"nccl"'), (1, '"gloo"')):
+        call = call_named(model, "use", nth)
+        assert shown(model, model.flow.values_at(call.args[0].value, call)) == [(expected, ())]
