@@ -29,7 +29,13 @@ class CallsMixin:
         key = (id(call), local)
         if key not in self._callees:
             self._callees[key] = self._callee(call, local)
-        return self._callees[key]
+        found = self._callees[key]
+        if found is not None and found.model is not self.model and self.model.project is not None:
+            # the file it is in may have been linted since as a fresh model of the same tree
+            current = self.model.project.current(found.model)
+            if current is not found.model:
+                found = self._callees[key] = Callee(current, found.node, found.bound)
+        return found
 
     def _callee(self, call: cst.Call, local: bool = False) -> Optional[Callee]:
         model = self.model

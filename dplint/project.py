@@ -125,6 +125,13 @@ class Project:
         fresh._wrappings = None
         return fresh
 
+    def current(self, model: SemanticModel) -> SemanticModel:
+        """The model that now stands for `model`'s file: the fresh one `parsed` made of the same
+        tree when the file was linted after another file's analysis reached it (memos made
+        before then still hold the first), else `model` itself."""
+        now = self._models.get(os.path.abspath(model.path))
+        return now if now is not None and now is not model and now.module is model.module else model
+
     def dependencies(self, linted_path: str) -> dict[str, str]:
         """{path: content hash} of the other files read since `register` (for the cache)."""
         own = os.path.abspath(linted_path)

@@ -160,3 +160,18 @@ def test_models_the_linted_file_read_stay_loaded_while_it_is_linted(monkeypatch)
     assert roomy == ([], [("shelf.py", 41, "DPL011")])
     monkeypatch.setattr("dplint.project.MAX_MODELS", 1)
     assert report() == roomy
+
+
+def test_a_callee_found_before_its_file_was_linted_is_read_in_the_linted_model(tmp_path):
+    (tmp_path / "helpers.py").write_text("def start():\n    return 1\n")
+    (tmp_path / "train.py").write_text("import helpers\n\nhelpers.start()\n")
+    project = Project((str(tmp_path),))
+    train = project.model_for(str(tmp_path / "train.py"))
+    call = next(site.node for site in train.calls if train.code(site.node.func) == "helpers.start")
+    before = train.flow.callee(call)
+    assert before is not None and before.model is project.model_for(str(tmp_path / "helpers.py"))
+    # helpers.py is linted next, from the parse the project holds: a fresh model of the same tree
+    helpers = project.parsed(str(tmp_path / "helpers.py"), (tmp_path / "helpers.py").read_text())
+    project.register(helpers)
+    after = train.flow.callee(call)
+    assert after.model is helpers and after.node is before.node
