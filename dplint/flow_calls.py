@@ -30,9 +30,10 @@ class CallsMixin:
         if key not in self._callees:
             self._callees[key] = self._callee(call, local)
         found = self._callees[key]
-        if found is not None and found.model is not self.model and self.model.project is not None:
+        current_of = getattr(self.model.project, "current", None)  # (a stand-in project may lack it)
+        if found is not None and found.model is not self.model and current_of is not None:
             # the file it is in may have been linted since as a fresh model of the same tree
-            current = self.model.project.current(found.model)
+            current = current_of(found.model)
             if current is not found.model:
                 found = self._callees[key] = Callee(current, found.node, found.bound)
         return found
