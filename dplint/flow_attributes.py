@@ -294,9 +294,12 @@ class AttributesMixin:
         if not isinstance(expr.value, cst.Name):
             return None
         model = self.model
-        scope = model.scope(at)
         name, attribute = expr.value.value, expr.attr.value
-        if not self.attribute_stores(scope, name, attribute):
+        stored = self._plain_attribute_stores().get((name, attribute))
+        if not stored:
+            return None  # (most reads: no `name.attribute = ...` anywhere in the file)
+        scope = model.scope(at)
+        if not any(model.scope(store) is scope for store in stored):
             return None
         key = f"@{id(scope)}:{name}.{attribute}"  # one per scope; no name or `self.x` key has this form
         if key not in model.bindings:
@@ -313,6 +316,18 @@ class AttributesMixin:
             else:
                 values.extend(self.values_at(binding.value, binding.node, joined, context, depth - 1))
         return values
+
+    def _plain_attribute_stores(self) -> dict:
+        """(name, attribute) -> the file's `name.attribute = value` statements (one target),
+        from the index of Assign nodes: cheaper than `attribute_stores`' walk of every node."""
+        stores = self.__dict__.get("_plain_stores")
+        if stores is None:
+            stores = self.__dict__["_plain_stores"] = {}
+            for node in self.model.nodes_of(cst.Assign):
+                target = node.targets[0].target if len(node.targets) == 1 else None
+                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+                    stores.setdefault((target.value.value, target.attr.value), []).append(node)
+        return stores
 
     def _attribute_bindings(self, scope: "Scope", name: str, attribute: str, key: str) -> list["Binding"]:
         """Stand-in bindings of `key` for `stored_attribute_values`' walk: first the scope's
@@ -333,8 +348,9 @@ class AttributesMixin:
                     isinstance(arg.value, cst.Name) and arg.value.value == name for arg in site.node.args):
                 statement = model.statement_of(site.node)
                 found.append((order.get(statement, 0), 0, Binding(key, None, statement, scope, order.get(statement, 0))))
-        for store in self.attribute_stores(scope, name, attribute):
-            found.append((order.get(store, 0), 1, Binding(key, store.value, store, scope, order.get(store, 0))))
+        for store in self._plain_attribute_stores().get((name, attribute), ()):
+            if model.scope(store) is scope:
+                found.append((order.get(store, 0), 1, Binding(key, store.value, store, scope, order.get(store, 0))))
         found.sort(key=lambda item: item[:2])
         return [binding for *_, binding in found]
 
