@@ -702,14 +702,15 @@ def bare_cuda_placements(model: SemanticModel) -> list[cst.Call]:
 def _holds_bare_cuda(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
     """A bare `cuda` literal, a name each known value of which is one (none unknown), or an
     attribute of an object handed around (`args.device`, read in `Trainer(args)`'s methods)."""
-    if is_bare_cuda(expr) or _holds_current_device(model, expr, at):
+    if is_bare_cuda(expr) or _is_current_device(model, expr):
         return True
     if isinstance(expr, cst.Attribute) and model.binding_key(expr, at) is None:
         return _attribute_holds_bare_cuda(model, expr)
     if not isinstance(expr, cst.Name):
         return False
     values = model.flow.values_at(expr, at)
-    return bool(values) and all(value.known and (is_bare_cuda(value.expr) or isinstance(value.expr, cst.Attribute) and _attribute_holds_bare_cuda(value.model, value.expr)) for value in values)
+    return bool(values) and (all(value.known and (is_bare_cuda(value.expr) or isinstance(value.expr, cst.Attribute) and _attribute_holds_bare_cuda(value.model, value.expr)) for value in values)
+                             or _all_current_device(values))
 
 
 CURRENT_DEVICE = "torch.cuda.current_device"
@@ -718,15 +719,17 @@ CURRENT_DEVICE = "torch.cuda.current_device"
 def _holds_current_device(model: SemanticModel, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> bool:
     """`torch.cuda.current_device()`, or a name every value of which is that call: the index
     of the current device, which is GPU 0 in every process until something selects one."""
-    if expr is None:
-        return False
-    if isinstance(expr, cst.Call):
-        return model.qualified_name(expr.func) == CURRENT_DEVICE
     if not isinstance(expr, cst.Name):
-        return False
-    values = model.flow.values_at(expr, at)
-    return bool(values) and all(value.known and isinstance(value.expr, cst.Call)
-                                and value.model.qualified_name(value.expr.func) == CURRENT_DEVICE for value in values)
+        return expr is not None and _is_current_device(model, expr)
+    return _all_current_device(model.flow.values_at(expr, at))
+
+
+def _is_current_device(model: SemanticModel, expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Call) and model.qualified_name(expr.func) == CURRENT_DEVICE
+
+
+def _all_current_device(values: list) -> bool:
+    return bool(values) and all(value.known and _is_current_device(value.model, value.expr) for value in values)
 
 
 def _attribute_holds_bare_cuda(model: SemanticModel, attribute: cst.Attribute) -> bool:

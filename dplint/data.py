@@ -424,8 +424,7 @@ def factory_sampler_shuffles(model: SemanticModel, call: cst.Call) -> Optional[b
     training, distributed = argument(call, None, "is_training"), argument(call, None, "distributed")
     if training is None or distributed is None or static_truth(model, training, call) is not True:
         return False
-    truth = static_truth(model, distributed, call)
-    return None if truth is None else truth or False
+    return static_truth(model, distributed, call)
 
 
 def returns_shuffling_sampler(model: SemanticModel, call: cst.Call) -> bool:

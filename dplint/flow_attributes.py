@@ -3,7 +3,8 @@ in ``self.x`` (``bases_binding``, ``project_bases``, the stand-in binding
 ``_inherited_binding``, ``_inherited_values``), which calls hand over to the base
 (``super().__init__(...)``, ``Base.m(self, ...)``: ``_base_calls``), whether the class's own
 constructor replaces it, a base method a subclass overrides, and a method's local or
-parameter stored on the instance (``self.args = args``: ``_stored_on_instance``).
+parameter stored on the instance (``self.args = args``: ``_stored_on_instance``), and what an
+attribute of a local object holds after its own scope stored it (``stored_attribute_values``).
 """
 
 from __future__ import annotations
@@ -257,32 +258,27 @@ class AttributesMixin:
 
     def attribute_stores(self, scope: "Scope", name: str, attribute: str) -> list[cst.Assign]:
         """The statements `name.attribute = value` of this file in `scope` (one target)."""
-        self._index_attributes()
+        if self._attribute_stores is None:  # from the index of assignments, once per file
+            self._attribute_stores = {}
+            for node in self.model.nodes_of(cst.Assign):
+                target = node.targets[0].target if len(node.targets) == 1 else None
+                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+                    where = (self.model.scope(node), target.value.value, target.attr.value)
+                    self._attribute_stores.setdefault(where, []).append(node)
         return self._attribute_stores.get((scope, name, attribute), [])
 
     def attribute_reads(self, scope: "Scope", name: str, attribute: str) -> list[cst.Attribute]:
         """The reads `name.attribute` of this file in `scope` (not stores, not `name.attribute.x = v`'s head)."""
-        self._index_attributes()
+        if self._attribute_reads is None:  # from the index of attributes, once per file
+            model = self.model
+            stored = {id(t.target) for node in model.nodes_of(cst.Assign) for t in node.targets}
+            stored.update(id(node.target) for node in model.nodes_of(cst.AugAssign, cst.AnnAssign))
+            self._attribute_reads = {}
+            for node in model.nodes_of(cst.Attribute):
+                if isinstance(node.value, cst.Name) and id(node) not in stored:
+                    where = (model.scope(node), node.value.value, node.attr.value)
+                    self._attribute_reads.setdefault(where, []).append(node)
         return self._attribute_reads.get((scope, name, attribute), [])
-
-    def _index_attributes(self) -> None:
-        if self._attribute_stores is not None:
-            return
-        from dplint.semantic import subtree
-
-        self._attribute_stores, self._attribute_reads, stored = {}, {}, set()
-        for node in subtree(self.model.module):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                target = node.targets[0].target
-                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
-                    where = (self.model.scope(node), target.value.value, target.attr.value)
-                    self._attribute_stores.setdefault(where, []).append(node)
-            if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-                for target in ([t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]):
-                    stored.add(id(target))
-            elif isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and id(node) not in stored:
-                where = (self.model.scope(node), node.value.value, node.attr.value)
-                self._attribute_reads.setdefault(where, []).append(node)
 
     def stored_attribute_values(self, expr: cst.Attribute, at: cst.CSTNode, path: Path, context: tuple,
                                 depth: int) -> Optional[list[Value]]:
@@ -294,12 +290,9 @@ class AttributesMixin:
         if not isinstance(expr.value, cst.Name):
             return None
         model = self.model
-        name, attribute = expr.value.value, expr.attr.value
-        stored = self._plain_attribute_stores().get((name, attribute))
-        if not stored:
-            return None  # (most reads: no `name.attribute = ...` anywhere in the file)
         scope = model.scope(at)
-        if not any(model.scope(store) is scope for store in stored):
+        name, attribute = expr.value.value, expr.attr.value
+        if not self.attribute_stores(scope, name, attribute):
             return None
         key = f"@{id(scope)}:{name}.{attribute}"  # one per scope; no name or `self.x` key has this form
         if key not in model.bindings:
@@ -316,18 +309,6 @@ class AttributesMixin:
             else:
                 values.extend(self.values_at(binding.value, binding.node, joined, context, depth - 1))
         return values
-
-    def _plain_attribute_stores(self) -> dict:
-        """(name, attribute) -> the file's `name.attribute = value` statements (one target),
-        from the index of Assign nodes: cheaper than `attribute_stores`' walk of every node."""
-        stores = self.__dict__.get("_plain_stores")
-        if stores is None:
-            stores = self.__dict__["_plain_stores"] = {}
-            for node in self.model.nodes_of(cst.Assign):
-                target = node.targets[0].target if len(node.targets) == 1 else None
-                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
-                    stores.setdefault((target.value.value, target.attr.value), []).append(node)
-        return stores
 
     def _attribute_bindings(self, scope: "Scope", name: str, attribute: str, key: str) -> list["Binding"]:
         """Stand-in bindings of `key` for `stored_attribute_values`' walk: first the scope's
@@ -348,9 +329,8 @@ class AttributesMixin:
                     isinstance(arg.value, cst.Name) and arg.value.value == name for arg in site.node.args):
                 statement = model.statement_of(site.node)
                 found.append((order.get(statement, 0), 0, Binding(key, None, statement, scope, order.get(statement, 0))))
-        for store in self._plain_attribute_stores().get((name, attribute), ()):
-            if model.scope(store) is scope:
-                found.append((order.get(store, 0), 1, Binding(key, store.value, store, scope, order.get(store, 0))))
+        for store in self.attribute_stores(scope, name, attribute):
+            found.append((order.get(store, 0), 1, Binding(key, store.value, store, scope, order.get(store, 0))))
         found.sort(key=lambda item: item[:2])
         return [binding for *_, binding in found]
 

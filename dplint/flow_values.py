@@ -13,7 +13,7 @@ import libcst as cst
 
 from dplint.flow_common import Callee, Value, _enclosing_function, _static, ends_path
 from dplint.flow_paths import Path, _join, _portable, consistent
-from dplint.wrapper_classes import wrapping_built_by
+from dplint.wrapper_classes import wrapper_test_kinds, wrapping_built_by
 
 if TYPE_CHECKING:  # pragma: no cover
     from dplint.semantic import Binding, SemanticModel, Wrapping
@@ -236,15 +236,11 @@ class ValuesMixin:
         """`isinstance(m, DDP)` (or a tuple of wrapper classes) where every value the followed
         call gives the name `m` is a wrapper the code builds: whether its kind is among them.
         None where a value is anything else, or a class is no wrapper."""
-        from dplint.wrapper_classes import wrapper_kind
-
-        if not (isinstance(test.func, cst.Name) and test.func.value == "isinstance" and len(test.args) == 2
+        if not (isinstance(test.func, cst.Name) and test.func.value == "isinstance" and test.args
                 and isinstance(test.args[0].value, cst.Name) and not any(arg.star for arg in test.args)):
             return None
-        second = test.args[1].value
-        classes = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
-        kinds = {wrapper_kind(self.model, c) for c in classes}
-        if not kinds or None in kinds:
+        kinds = wrapper_test_kinds(self.model, test, test.args[0].value.value)
+        if kinds is None:
             return None
         answers = set()
         for value in self.values_at(test.args[0].value, test, (), context, _MAX_DEPTH // 2):

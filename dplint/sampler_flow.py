@@ -24,10 +24,10 @@ from dplint.flow import class_method
 from dplint.training import loops_around
 from dplint.data import (
     BATCH_SAMPLERS,
-    call_runs_backward,
     BATCH_SAMPLER_SAMPLER,
     LOADER_CLASSES,
     builtin_name,
+    call_runs_backward,
     class_forwards_to_loader,
     is_iteration_wrapper,
     is_tqdm,

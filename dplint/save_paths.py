@@ -433,37 +433,42 @@ def unguarded_helper_saves(model: SemanticModel, helpers) -> Iterator[tuple]:
     for call, other, function in helpers:
         if every_rank_runs(model, call) is None:
             continue
-        for save in _own_saves(other, function):
-            reached, guarded, decided = reach_in_function(model, call, other, function, save)
-            if not reached or guarded or on_single_process_branch(other, save):
-                continue
-            if writes_own_file(other, save, call, model) or on_one_process_path(other, (save,)):
-                continue
-            yield call, other, function, save, decided
-        for inner, inner_function in _own_file_calls(other, function):
+        saves = _saves_by_function(other)
+        for save in saves.get(function, ()):
+            reached, decided = _reached_unguarded(model, call, other, function, save)
+            if reached and not writes_own_file(other, save, call, model) and not on_one_process_path(other, (save,)):
+                yield call, other, function, save, decided
+        for inner, inner_function in _own_file_calls(other, function, saves):
             # `save_model(...)` -> `save_on_master(to_save, path)` in the helper's own file: the
             # inner call must be reached past no guard, and its save past none of its own
-            reached, guarded, _ = reach_in_function(model, call, other, function, inner)
-            if not reached or guarded or on_single_process_branch(other, inner):
+            if not _reached_unguarded(model, call, other, function, inner)[0]:
                 continue
-            for save in _own_saves(other, inner_function):
-                reached, guarded, _ = reach_in_function(other, inner, other, inner_function, save)
-                if not reached or guarded or on_single_process_branch(other, save):
-                    continue
-                if writes_own_file(other, save, inner, other) or on_one_process_path(other, (inner, save)):
-                    continue
-                yield call, other, function, save, False
+            for save in saves[inner_function]:
+                if _reached_unguarded(other, inner, other, inner_function, save)[0] \
+                        and not writes_own_file(other, save, inner, other) and not on_one_process_path(other, (inner, save)):
+                    yield call, other, function, save, False
 
 
-def _own_saves(model: SemanticModel, function: cst.FunctionDef) -> list[cst.Call]:
-    """The `torch.save` calls in the function's own body (not in a function nested in it)."""
-    return [site.node for site in model.calls
-            if site.qualified_name == TORCH_SAVE and enclosing_function(model, site.node) is function]
+def _reached_unguarded(caller: SemanticModel, call: cst.Call, other: SemanticModel, function: cst.FunctionDef,
+                       node: cst.CSTNode) -> tuple[bool, bool]:
+    """(whether `call` reaches `node` of `function` past no rank guard and not on a
+    one-process branch, whether the call's arguments decided a test on the way)."""
+    reached, guarded, decided = reach_in_function(caller, call, other, function, node)
+    return reached and not guarded and not on_single_process_branch(other, node), decided
 
 
-def _own_file_calls(model: SemanticModel, function: cst.FunctionDef) -> list[tuple[cst.Call, cst.FunctionDef]]:
+def _saves_by_function(model: SemanticModel) -> dict:
+    """Function -> the `torch.save` calls in its own body (not in a function nested in it)."""
+    found: dict = {}
+    for site in model.calls:
+        if site.qualified_name == TORCH_SAVE:
+            found.setdefault(enclosing_function(model, site.node), []).append(site.node)
+    return found
+
+
+def _own_file_calls(model: SemanticModel, function: cst.FunctionDef, saves: dict) -> list[tuple[cst.Call, cst.FunctionDef]]:
     """(call, callee) for each call in the function's own body of a plain function of the same
-    file that itself holds a `torch.save`."""
+    file that itself holds a `torch.save` (`saves`: `_saves_by_function` of the file)."""
     found = []
     for site in model.calls:
         if enclosing_function(model, site.node) is not function:
@@ -471,7 +476,7 @@ def _own_file_calls(model: SemanticModel, function: cst.FunctionDef) -> list[tup
         callee = model.flow.callee(site.node, local=True)
         if callee is None or callee.bound or not isinstance(callee.node, cst.FunctionDef) or callee.node is function:
             continue
-        if _own_saves(model, callee.node):
+        if saves.get(callee.node):
             found.append((site.node, callee.node))
     return found
 

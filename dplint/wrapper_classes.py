@@ -209,3 +209,19 @@ def _wrapping(model: SemanticModel, kind: str, call: cst.Call) -> Wrapping:
         scope=model.scope(call),
         order=model.order(call),
     )
+
+
+def wrapper_test_kinds(model: SemanticModel, test: cst.BaseExpression, target: str) -> Optional[tuple[str, ...]]:
+    """The wrapper kinds a test of the object spelled `target` holds for: `hasattr(m, "module")`
+    (("DP", "DDP"): a wrapper keeps the model there), `isinstance(m, DDP)` or a tuple of wrapper
+    classes (their kinds); None for any other test."""
+    if not (isinstance(test, cst.Call) and len(test.args) == 2 and model.code(test.args[0].value) == target):
+        return None
+    second = test.args[1].value
+    if isinstance(test.func, cst.Name) and test.func.value == "hasattr":
+        return ("DP", "DDP") if isinstance(second, cst.SimpleString) and second.evaluated_value == "module" else None
+    if isinstance(test.func, cst.Name) and test.func.value == "isinstance":
+        classes = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
+        kinds = [wrapper_kind(model, c) for c in classes]
+        return tuple(dict.fromkeys(kinds)) if kinds and None not in kinds else None
+    return None

@@ -30,6 +30,7 @@ from dplint.wrapper_classes import (  # noqa: F401  (re-exported: rules ask `dpl
     owner_of,
     wrapper_class,
     wrapper_kind,
+    wrapper_test_kinds,
     wrapping_built_by,
 )
 
@@ -500,25 +501,12 @@ def wrapper_kinds_by_test(model: SemanticModel, base: cst.BaseExpression, node: 
                 test, holds = test.expression, not holds
             if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value in ("hasattr", "isinstance"):
                 target = model.code(base) if target is None else target
-                kinds = _wrapper_test_kinds(model, test, target)
+                kinds = wrapper_test_kinds(model, test, target)
                 if kinds is not None:
                     # the same object as tested: no binding of its name between the test and here
                     same = {id(b) for b, _ in model.flow.reaching(key, test)} == {id(b) for b, _ in model.flow.reaching(key, node)}
                     return kinds if holds and same else None
         child = ancestor
-    return None
-
-
-def _wrapper_test_kinds(model: SemanticModel, test: cst.BaseExpression, target: str) -> Optional[tuple[str, ...]]:
-    if not (isinstance(test, cst.Call) and len(test.args) == 2 and model.code(test.args[0].value) == target):
-        return None
-    second = test.args[1].value
-    if isinstance(test.func, cst.Name) and test.func.value == "hasattr":
-        return ("DP", "DDP") if isinstance(second, cst.SimpleString) and second.evaluated_value == "module" else None
-    if isinstance(test.func, cst.Name) and test.func.value == "isinstance":
-        classes = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
-        kinds = [wrapper_kind(model, c) for c in classes]
-        return tuple(dict.fromkeys(kinds)) if kinds and None not in kinds else None
     return None
 
 
