@@ -1,6 +1,6 @@
 """What the parts of the flow model (``dplint.flow``) share: the answers they give
 (``Value``: one thing an expression may hold; ``Callee``: the function or class a call runs),
-and the plain syntax questions each part asks: a class's method by name (``class_method``), a
+and the plain syntax questions each part asks: a class's method by name (``class_method``), whether it is a property, a record class's fields, a
 block's statements, whether a test is statically known (``_static``), where a path ends
 (``ends_path``), a type test's canonical text (``_type_test_text``), whether a node is inside
 another, the function around a node, a method's instance parameter, and the stand-in for
@@ -80,6 +80,38 @@ def class_method(node: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
         if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
             return statement
     return None
+
+
+def class_methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
+    return [s for s in node.body.body if isinstance(s, cst.FunctionDef)] if isinstance(node.body, cst.IndentedBlock) else []
+
+
+def record_fields(model: "SemanticModel", node: cst.ClassDef) -> Optional[list[str]]:
+    """The fields, in order, of a record class whose constructor Python writes: a `@dataclass`
+    (without its own `__init__`) or a `typing.NamedTuple` subclass. `Info(loader, sampler)`
+    stores each argument in the field of its place or keyword. None for any other class, and
+    for a dataclass with bases (their fields come first)."""
+    named_tuple = [model.qualified_name(b.value) for b in node.bases] == ["typing.NamedTuple"]
+    decorated = any(model.qualified_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+                    == "dataclasses.dataclass" for d in node.decorators)
+    if not (named_tuple or decorated and not node.bases) or class_method(node, "__init__") is not None:
+        return None
+    fields = []
+    for statement in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and \
+                    "ClassVar" not in model.code(small.annotation.annotation):
+                fields.append(small.target.value)
+    return fields
+
+
+def is_property(model: "SemanticModel", function: cst.FunctionDef) -> bool:
+    """`@property` / `@functools.cached_property` on a method: reading the attribute of an
+    instance runs it, and gives what it returns."""
+    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == "property"
+               and "property" not in model.imports and "property" not in model.bindings
+               or model.qualified_name(d.decorator) in ("builtins.property", "functools.cached_property")
+               for d in function.decorators)
 
 
 def _blocks(body: cst.BaseSuite) -> Sequence[cst.CSTNode]:

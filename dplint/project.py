@@ -518,6 +518,11 @@ class Project:
             found: tuple[str, ...] = ()
             if name.strip("."):
                 for module_file, attributes in self._candidates(name, importer_path):
+                    if attributes and os.path.basename(module_file) != "__init__.py":
+                        # `a.py` for `a.b`: a module is no package, so this folder cannot be where
+                        # the import, which runs, found it (a nearer `distributed_shampoo.py`
+                        # beside the package `distributed_shampoo/`): the next folder may be
+                        continue
                     if not attributes:
                         found = (os.path.abspath(module_file),)
                     break  # the nearest folder holding any prefix of it decides, as in Python

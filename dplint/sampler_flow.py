@@ -21,6 +21,7 @@ from dplint.semantic import (
 )
 from dplint.distributed import enclosing_function
 from dplint.flow import class_method
+from dplint.flow_common import class_methods, is_property, record_fields
 from dplint.training import loops_around
 from dplint.data import (
     BATCH_SAMPLERS,
@@ -109,6 +110,20 @@ class SamplerFlow:
     # each turn of `loop` (`while it <= n: for batch in self.batch_sampler: ...`): one pass of
     # the loader is many passes of the sampler.
     redrawn: list = field(default_factory=list)
+    # The project holder classes reached (a loader wrapper with its own `__iter__`), the names
+    # of their methods, those of their methods that set the epoch (`def set_epoch(self, e):
+    # self.loader.sampler.set_epoch(e)`) and those called on an instance or by the class.
+    holder_classes: set = field(default_factory=set)
+    records: list = field(default_factory=list)  # the fields of each record class reached
+    holder_members: set = field(default_factory=set)
+    epoch_methods: set = field(default_factory=set)
+    called_methods: set = field(default_factory=set)
+
+    def settle(self) -> "SamplerFlow":
+        """A holder's method that sets the epoch sets it when something calls it."""
+        if self.epoch_methods & self.called_methods:
+            self.sets_epoch = True
+        return self
 
 
 # A factory called from more places than this is not traced once per call.
@@ -136,6 +151,7 @@ def trace_sampler(model: SemanticModel, sampler: cst.Call, path: tuple[str, ...]
 def _traced_per_call(model: SemanticModel, sampler: cst.Call, path: tuple[str, ...] = ()) -> SamplerFlow:
     flow = SamplerFlow(sampler)
     _follow(model, sampler, path, flow, set(), True)
+    flow.settle()
     function = _enclosing_function(model, sampler)
     if not (flow.sets_epoch or flow.escapes) or not isinstance(function, cst.FunctionDef):
         return flow
@@ -146,7 +162,7 @@ def _traced_per_call(model: SemanticModel, sampler: cst.Call, path: tuple[str, .
     for _, call, _ in sites:
         instance = SamplerFlow(sampler, only_site=(function, call))
         _follow(model, sampler, path, instance, set(), True)
-        instances.append(instance)
+        instances.append(instance.settle())
     # The sampler of a call that escapes (the validation loader handed to a helper we can't
     # see) says nothing of another call's: only the calls followed to the end are judged.
     judged = [instance for instance in instances if not instance.escapes]
@@ -179,10 +195,18 @@ def _follow(model: SemanticModel, occurrence: cst.CSTNode, path: tuple[str, ...]
         if path and attribute == path[0]:
             _follow(model, parent, path[1:], flow, seen, certain)
         elif not path and (attribute == "set_epoch" or attribute == "epoch" and _is_stored(model, parent)):
-            flow.sets_epoch = True  # `sampler.epoch = n` is all `set_epoch(n)` does
+            method = _holder_method(model, parent, flow)
+            if method is None:
+                flow.sets_epoch = True  # `sampler.epoch = n` is all `set_epoch(n)` does
+            else:
+                flow.epoch_methods.add(method)  # it sets the epoch when it is called
         elif attribute == "epoch" and (not path or path[0] in ("sampler", "batch_sampler")
                                        and not flow.project_holder):
             pass  # read, or `loader.epoch = n` on torch's DataLoader: an attribute nothing reads
+        elif attribute in flow.holder_members:
+            flow.called_methods.add(attribute)  # the holder's own code: its body is followed
+        elif path and any(path[0] in fields and attribute in fields for fields in flow.records):
+            pass  # another field of a record (`info.sampler` beside `info.dataloader`): followed on its own
         elif attribute in SAMPLER_ATTRIBUTES:
             flow.escapes = True
         # any other attribute (`loader.dataset`, `sampler.num_samples`) is only read
@@ -693,11 +717,44 @@ def _follow_into_callee(model: SemanticModel, call: cst.Call, arg: cst.Arg, path
     callee = model.flow.callee(call)
     function = callee.function if callee is not None else None
     if function is None:
-        return False
+        return callee is not None and isinstance(callee.node, cst.ClassDef) and \
+            _follow_into_record(model, call, arg, callee, path, flow, seen, certain)
     name = parameter_for(model, call, arg, function, callee.bound)
     if name is None:
         return False
     return _follow_into_parameter(model, call, callee, name, path, flow, seen, certain)
+
+
+def _follow_into_record(model: SemanticModel, call: cst.Call, arg: cst.Arg, callee, path: tuple[str, ...],
+                        flow: SamplerFlow, seen: set, certain: bool) -> bool:
+    """`DataInfo(dataloader, sampler)` of a dataclass: the instance holds the argument as
+    the field of its place or keyword, and its methods read it as `self.<field>`
+    (`def set_epoch(self, epoch): self.sampler.set_epoch(epoch)`, which sets the epoch when
+    something calls it)."""
+    fields = record_fields(callee.model, callee.node)
+    if fields is None or arg.star:
+        return False
+    if arg.keyword is not None:
+        field_name = arg.keyword.value if arg.keyword.value in fields else None
+    else:
+        index = [a for a in call.args if a.keyword is None].index(arg)
+        field_name = fields[index] if index < len(fields) else None
+    if field_name is None:
+        return False
+    flow.holder_classes.add(callee.node)
+    flow.holder_members.update(m.name.value for m in class_methods(callee.node))
+    flow.records.append(fields)
+    _follow(model, call, (field_name, *path), flow, seen, certain)
+    for method in class_methods(callee.node):
+        params = method.params.params
+        if not params or is_property(callee.model, method) or method.decorators:
+            continue
+        instance = params[0].name.value
+        for node in subtree(method.body):
+            if isinstance(node, cst.Attribute) and node.attr.value == field_name and \
+                    isinstance(node.value, cst.Name) and node.value.value == instance:
+                _follow(callee.model, node, path, flow, seen, False)
+    return True
 
 
 def _follow_into_parameter(model: SemanticModel, call: cst.Call, callee, name: str, path: tuple[str, ...],
@@ -711,12 +768,19 @@ def _follow_into_parameter(model: SemanticModel, call: cst.Call, callee, name: s
         return False
     if any(entered is function for entered, _, _ in flow.entered):
         return True  # recursion: this function is already being followed
+    holder = isinstance(callee.node, cst.ClassDef) and class_method(callee.node, "__iter__") is not None
+    if holder:
+        # Its methods and properties (`def sampler(self): return self.loader.sampler`) run
+        # their bodies, whose reads of `self.<kept>` the binding below follows: calling or
+        # reading one on the instance hands the sampler to nothing else.
+        flow.holder_classes.add(callee.node)
+        flow.holder_members.update(m.name.value for m in class_methods(callee.node))
     flow.entered.append((function, model, call))
     try:
         _follow_binding(other, binding, path, flow, seen, certain)
     finally:
         flow.entered.pop()
-    if isinstance(callee.node, cst.ClassDef) and class_method(callee.node, "__iter__") is not None:
+    if holder:
         # A batch sampler of the project (`PairBatchSampler(ds, sampler, 8)`) keeping it as
         # `self.sampler`: the instance reaches it through that attribute.
         for kept in _kept_as(function, name):
@@ -768,6 +832,9 @@ def _follow_return(model: SemanticModel, statement: cst.Return, path: tuple[str,
             finally:
                 flow.entered.extend(inner)
             return
+    if isinstance(function, cst.FunctionDef) and is_property(model, function):
+        _follow_property(model, function, path, flow, seen, certain)
+        return
     sites = model.flow.all_call_sites(function) if isinstance(function, cst.FunctionDef) else None
     if not sites:
         flow.escapes = True  # returned to callers we can't see
@@ -781,6 +848,37 @@ def _follow_return(model: SemanticModel, statement: cst.Return, path: tuple[str,
         sites = [site for site in sites if site[1] is flow.only_site[1]]
     for caller, call, _ in sites:
         _follow(caller, call, path, flow, seen, certain)
+
+
+def _holder_method(model: SemanticModel, node: cst.CSTNode, flow: SamplerFlow) -> Optional[str]:
+    """The name of the method of a reached holder class that `node` is in, when the method
+    runs only if called: not a dunder (`__iter__` runs each pass), not one the class's own
+    code calls (`self.set_epoch(self.epoch)` in `__iter__`), nor a property."""
+    method = _enclosing_function(model, node)
+    owner = model.parent(model.parent(method)) if method is not None else None
+    if owner not in flow.holder_classes or method.name.value.startswith("__") or is_property(model, method):
+        return None
+    name = method.name.value
+    called_inside = any(isinstance(n, cst.Attribute) and n.attr.value == name and isinstance(n.value, cst.Name)
+                        and n.value.value == "self" for n in subtree(owner))
+    return None if called_inside else name
+
+
+def _follow_property(model: SemanticModel, function: cst.FunctionDef, path: tuple[str, ...], flow: SamplerFlow,
+                     seen: set, certain: bool) -> None:
+    """`@property def sampler(self): return self.loader.sampler` (a loader wrapper): each
+    instance made of the class gives it as its attribute, `prefetcher.sampler`."""
+    owner = model.parent(model.parent(function))
+    init = class_method(owner, "__init__") if isinstance(owner, cst.ClassDef) else None
+    sites = model.flow.all_call_sites(init) if init is not None else None
+    if not sites:
+        flow.escapes = True  # instances made where we can't see
+        return
+    if (function, path) in seen:
+        return
+    seen.add((function, path))
+    for caller, call, _ in sites:
+        _follow(caller, call, (function.name.value, *path), flow, seen, certain)
 
 
 def _iteration(model: SemanticModel, node: cst.CSTNode, entered: list = (), depth: int = 3) -> Iteration:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -309,7 +310,8 @@ class MissingSetEpoch(Rule):
                 continue
             where = training[0].loops_in
             line = where.position(training[0].epoch_loops[-1])[0].line
-            line = f"line {line}" if where is model else f"{shown_path(where.path)}:{line}"
+            same_file = where is model or os.path.abspath(where.path) == os.path.abspath(model.path)
+            line = f"line {line}" if same_file else f"{shown_path(where.path)}:{line}"
             yield Violation(
                 node=sampler,
                 message=(

@@ -657,3 +657,46 @@ def test_attribute_stores_of_two_functions_are_each_their_own():
     for nth, expected in ((0, '"nccl"'), (1, '"gloo"')):
         call = call_named(model, "use", nth)
         assert shown(model, model.flow.values_at(call.args[0].value, call)) == [(expected, ())]
+
+
+def test_record_fields_are_the_constructor_parameters_python_writes():
+    from dplint.flow_common import record_fields
+
+    model = model_of("""
+        import dataclasses
+        from dataclasses import dataclass
+        from typing import ClassVar, NamedTuple
+
+        @dataclass
+        class Info:
+            loader: object
+            kind: ClassVar[str] = "train"
+            sampler: object = None
+
+        @dataclasses.dataclass(frozen=True)
+        class Frozen:
+            loader: object
+
+        class Pair(NamedTuple):
+            loader: object
+            sampler: object
+
+        @dataclass
+        class OwnInit:
+            loader: object
+            def __init__(self, sampler):
+                self.loader = sampler
+
+        @dataclass
+        class Derived(Info):
+            extra: int = 0
+
+        class Plain:
+            loader: object
+    """)
+    classes = {c.name.value: c for c in model.nodes_of(cst.ClassDef)}
+    assert record_fields(model, classes["Info"]) == ["loader", "sampler"]
+    assert record_fields(model, classes["Frozen"]) == ["loader"]
+    assert record_fields(model, classes["Pair"]) == ["loader", "sampler"]
+    for other in ("OwnInit", "Derived", "Plain"):
+        assert record_fields(model, classes[other]) is None, other

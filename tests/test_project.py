@@ -95,6 +95,22 @@ def test_the_importers_own_folder_wins_like_sys_path(tmp_path):
     assert Path(other.path) == tmp_path / "exp/common.py"
 
 
+def test_a_module_is_no_package_so_a_farther_folder_holds_the_import(tmp_path):
+    # `pkg/pkg.py` is nearer to `pkg/examples/run.py` than the root, but `pkg.examples.utils`
+    # cannot be found in it: the import, which runs, found the package at the root.
+    write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/pkg.py": "class Optimizer:\n    pass\n",
+        "pkg/examples/__init__.py": "",
+        "pkg/examples/utils.py": "def build():\n    pass\n",
+        "pkg/examples/run.py": "from pkg.examples.utils import build\nfrom pkg.pkg import Optimizer\n",
+    })
+    project = Project((str(tmp_path),))
+    run_py = tmp_path / "pkg/examples/run.py"
+    imported = dict((name, Path(path)) for path, name in project.imported_definitions(str(run_py), run_py.read_text()))
+    assert imported == {"build": tmp_path / "pkg/examples/utils.py", "Optimizer": tmp_path / "pkg/pkg.py"}
+
+
 def test_names_outside_the_project_resolve_to_nothing(tmp_path):
     write(tmp_path, {"train.py": "import torch\nfrom lightning import Trainer\n"})
     project = Project((str(tmp_path),))
